@@ -1,0 +1,482 @@
+"""Consumer configuration: the old consumer's property keys, defaults and validation.
+
+:class:`ConsumerConfig` holds one attribute per property key of Kafka's old ZooKeeper-based
+consumer (``kafka.consumer.ConsumerConfig`` + ``ZKConfig``, 0.10.2), with dots turned into
+underscores and the original defaults. Values are checked once, at construction, and every
+failure is an :class:`~aiozkconsumer.errors.InvalidConfigError` naming the dotted key.
+:meth:`ConsumerConfig.from_properties` reads the original dotted keys with string values, as a
+``consumer.properties`` file holds them; :meth:`ConsumerConfig.to_properties` is its inverse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+from aiozkconsumer.errors import InvalidConfigError
+
+__all__ = ["ConsumerConfig", "UnknownConfigWarning"]
+
+_INT32_MIN = -(2**31)
+_INT32_MAX = 2**31 - 1
+
+# As kafka.common.Config.validateChars (0.10.2), minus the empty string (see ConsumerConfig).
+_LEGAL_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
+_LEGAL_CHARS_TEXT = "ASCII alphanumerics, '.', '_' and '-'"
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_HOSTNAME = re.compile(r"[A-Za-z0-9._-]+")
+_IPV6_LITERAL = re.compile(r"\[[0-9A-Fa-f:.]+\]")
+
+_AUTO_OFFSET_RESET_VALUES = ("smallest", "largest")
+_OFFSETS_STORAGE_VALUES = ("zookeeper", "kafka")
+_ASSIGNMENT_STRATEGY_VALUES = ("range", "roundrobin")
+_CLUSTER_METADATA_SOURCE_VALUES = ("auto", "zookeeper", "kafka")
+
+
+class UnknownConfigWarning(UserWarning):
+    """:meth:`ConsumerConfig.from_properties` was given keys it does not know; they are ignored.
+
+    As the original's ``VerifiableProperties.verify()``, which only logged
+    "Property X is not valid" and went on.
+    """
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerConfig:
+    """Configuration of a :class:`ZookeeperConsumerConnector`, as ``ConsumerConfig.scala``, 0.10.2.
+
+    Each attribute is an original property key with dots turned into underscores
+    (``zookeeper.session.timeout.ms`` -> ``zookeeper_session_timeout_ms``). Times are
+    milliseconds, sizes are bytes, all as ``int``. Keys whose default derives from another key
+    (``client.id``, ``zookeeper.connection.timeout.ms``, ``rebalance.backoff.ms``,
+    ``dual.commit.enabled``) stay ``None`` when not set, so that :meth:`replace` and
+    :meth:`to_properties` keep the link; read the value in force from the matching
+    ``effective_*`` property. ``offsets_storage`` is lower-cased at construction, as the
+    original does; no other value is rewritten.
+
+    Validation follows the original and is stricter where the original let a value through
+    that cannot work: a zero duration where it would spin a polling loop or end a wait at once, an
+    ``int`` outside Java's 32-bit range (every one of these was a Java ``Int``), an empty
+    ``group.id`` (the original accepted it and then used ``/consumers/`` itself as the group
+    directory).
+
+    Attributes:
+        group_id: ``group.id``, required. The consumer group; must match ``[a-zA-Z0-9._-]+``
+            (``validateChars``; the original also accepted the empty string).
+        consumer_id: ``consumer.id``, default ``None``: the connector generates
+            ``<hostname>-<time ms>-<8 hex chars of a UUID>``. Same legal characters as
+            ``group.id``; the original advises setting it only for testing.
+        zookeeper_connect: ``zookeeper.connect``, required. ``host:port[,host:port...][/chroot]``;
+            port 1..65535, an IPv6 host in brackets (``[::1]:2181``), chroot an absolute
+            ZooKeeper path (``/`` means none).
+        zookeeper_session_timeout_ms: ``zookeeper.session.timeout.ms``, ms, default 6000, > 0.
+        zookeeper_connection_timeout_ms: ``zookeeper.connection.timeout.ms``, ms, default
+            ``None`` = the session timeout (``effective_zookeeper_connection_timeout_ms``), > 0.
+        zookeeper_sync_time_ms: ``zookeeper.sync.time.ms``, ms, default 2000, >= 0. Used only as
+            the default of ``rebalance.backoff.ms``.
+        socket_timeout_ms: ``socket.timeout.ms``, ms, default 30000, > 0 and at least
+            ``fetch.wait.max.ms`` (KAFKA-1147).
+        socket_receive_buffer_bytes: ``socket.receive.buffer.bytes``, bytes, default 65536;
+            >= 1, or -1 for the operating system's default.
+        fetch_message_max_bytes: ``fetch.message.max.bytes``, bytes, default 1048576, >= 1.
+            Per-partition ``maxBytes`` of each fetch, and the bound on one chunk.
+        fetch_max_bytes: ``fetch.max.bytes``, bytes, default 52428800, >= 1. Added in 0.10.1
+            (KIP-74); read but unused by the original.
+        fetch_min_bytes: ``fetch.min.bytes``, bytes, default 1, >= 1. Fetch ``minBytes``.
+        fetch_wait_max_ms: ``fetch.wait.max.ms``, ms, default 100, > 0. Fetch ``maxWait``.
+        num_consumer_fetchers: ``num.consumer.fetchers``, default 1, >= 1. Fetch loops per
+            broker (KAFKA-1184).
+        auto_commit_enable: ``auto.commit.enable``, default ``True``.
+        auto_commit_interval_ms: ``auto.commit.interval.ms``, ms, default 60000, > 0. The first
+            commit runs one interval after start.
+        queued_max_message_chunks: ``queued.max.message.chunks``, default 2, >= 1. Capacity, in
+            fetched chunks, of each stream's queue.
+        rebalance_max_retries: ``rebalance.max.retries``, default 4, >= 1. Rebalance attempts
+            before ``ConsumerRebalanceFailedError``.
+        rebalance_backoff_ms: ``rebalance.backoff.ms``, ms, default ``None`` =
+            ``zookeeper.sync.time.ms`` (``effective_rebalance_backoff_ms``), >= 0.
+        refresh_leader_backoff_ms: ``refresh.leader.backoff.ms``, ms, default 200, > 0. Pause of
+            the leader finder per loop, and the fetcher's idle and error backoff.
+        auto_offset_reset: ``auto.offset.reset``, default ``"largest"``; ``"smallest"`` or
+            ``"largest"`` (``validateAutoOffsetReset``, case-sensitive).
+        consumer_timeout_ms: ``consumer.timeout.ms``, ms, default -1. Negative: the iterator
+            waits forever; otherwise it raises ``ConsumerTimeoutError`` after this long.
+        exclude_internal_topics: ``exclude.internal.topics``, default ``True``. Keeps
+            ``__consumer_offsets`` out of wildcard subscriptions.
+        client_id: ``client.id``, default ``None`` = ``group.id`` (``effective_client_id``).
+            Same legal characters as ``group.id``; must not be empty.
+        offsets_storage: ``offsets.storage``, default ``"zookeeper"``; ``"zookeeper"`` or
+            ``"kafka"``, lower-cased (``validateOffsetsStorage``).
+        dual_commit_enabled: ``dual.commit.enabled``, default ``None`` =
+            ``offsets.storage == "kafka"`` (``effective_dual_commit_enabled``). Commit to
+            ZooKeeper as well as Kafka.
+        offsets_channel_backoff_ms: ``offsets.channel.backoff.ms``, ms, default 1000, > 0.
+            Backoff for coordinator discovery, reconnects and offset commit/fetch retries.
+        offsets_channel_socket_timeout_ms: ``offsets.channel.socket.timeout.ms``, ms, default
+            10000, > 0. Timeout of offset commit/fetch and coordinator requests.
+        offsets_commit_max_retries: ``offsets.commit.max.retries``, default 5, >= 0.
+        partition_assignment_strategy: ``partition.assignment.strategy``, default ``"range"``;
+            ``"range"`` or ``"roundrobin"`` (validated since 0.9.0, KAFKA-2032).
+        bootstrap_servers: ``bootstrap.servers``, new, default ``None``: brokers are found
+            under ZooKeeper's ``/brokers/ids``. Otherwise ``host:port[,host:port...]``.
+        cluster_metadata_source: ``cluster.metadata.source``, new, default ``"auto"``;
+            ``"auto"``, ``"zookeeper"`` (``/brokers`` in ZooKeeper, as the original) or
+            ``"kafka"`` (broker metadata requests; needed for KRaft clusters).
+
+    Raises:
+        InvalidConfigError: at construction, when a value has the wrong type (``bool`` where
+            ``bool`` is expected, ``int`` but not ``bool`` where ``int`` is, ``str`` for text),
+            is out of range, is not one of the allowed words, or has the wrong syntax; or when
+            ``fetch.wait.max.ms`` exceeds ``socket.timeout.ms``. ``key`` is the dotted key.
+    """
+
+    group_id: str
+    consumer_id: str | None = None
+    zookeeper_connect: str
+    zookeeper_session_timeout_ms: int = 6000
+    zookeeper_connection_timeout_ms: int | None = None
+    zookeeper_sync_time_ms: int = 2000
+    socket_timeout_ms: int = 30000
+    socket_receive_buffer_bytes: int = 65536
+    fetch_message_max_bytes: int = 1048576
+    fetch_max_bytes: int = 52428800
+    fetch_min_bytes: int = 1
+    fetch_wait_max_ms: int = 100
+    num_consumer_fetchers: int = 1
+    auto_commit_enable: bool = True
+    auto_commit_interval_ms: int = 60000
+    queued_max_message_chunks: int = 2
+    rebalance_max_retries: int = 4
+    rebalance_backoff_ms: int | None = None
+    refresh_leader_backoff_ms: int = 200
+    auto_offset_reset: str = "largest"
+    consumer_timeout_ms: int = -1
+    exclude_internal_topics: bool = True
+    client_id: str | None = None
+    offsets_storage: str = "zookeeper"
+    dual_commit_enabled: bool | None = None
+    offsets_channel_backoff_ms: int = 1000
+    offsets_channel_socket_timeout_ms: int = 10000
+    offsets_commit_max_retries: int = 5
+    partition_assignment_strategy: str = "range"
+    bootstrap_servers: str | None = None
+    cluster_metadata_source: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name, (kind, optional) in _FIELD_KINDS.items():
+            _check_type(name, getattr(self, name), kind, optional)
+        # The original lower-cases offsets.storage (ConsumerConfig.scala) and nothing else.
+        object.__setattr__(self, "offsets_storage", self.offsets_storage.lower())
+
+        _check_legal_chars("group.id", self.group_id)
+        if self.consumer_id is not None:
+            _check_legal_chars("consumer.id", self.consumer_id)
+        if self.client_id is not None:
+            _check_legal_chars("client.id", self.client_id)
+        _check_zookeeper_connect(self.zookeeper_connect)
+        if self.bootstrap_servers is not None:
+            _check_host_ports("bootstrap.servers", self.bootstrap_servers)
+
+        # Durations that pace an unbounded loop or bound a wait must be > 0; the rebalance
+        # backoff may be 0 since rebalance.max.retries bounds that loop.
+        _check_range("zookeeper.session.timeout.ms", self.zookeeper_session_timeout_ms, 1)
+        if self.zookeeper_connection_timeout_ms is not None:
+            _check_range("zookeeper.connection.timeout.ms", self.zookeeper_connection_timeout_ms, 1)
+        _check_range("zookeeper.sync.time.ms", self.zookeeper_sync_time_ms, 0)
+        _check_range("socket.timeout.ms", self.socket_timeout_ms, 1)
+        if self.socket_receive_buffer_bytes != -1:
+            _check_range(
+                "socket.receive.buffer.bytes",
+                self.socket_receive_buffer_bytes,
+                1,
+                extra=" (or -1 for the operating system's default)",
+            )
+        _check_range("fetch.message.max.bytes", self.fetch_message_max_bytes, 1)
+        _check_range("fetch.max.bytes", self.fetch_max_bytes, 1)
+        _check_range("fetch.min.bytes", self.fetch_min_bytes, 1)
+        _check_range("fetch.wait.max.ms", self.fetch_wait_max_ms, 1)
+        _check_range("num.consumer.fetchers", self.num_consumer_fetchers, 1)
+        _check_range("auto.commit.interval.ms", self.auto_commit_interval_ms, 1)
+        _check_range("queued.max.message.chunks", self.queued_max_message_chunks, 1)
+        _check_range("rebalance.max.retries", self.rebalance_max_retries, 1)
+        if self.rebalance_backoff_ms is not None:
+            _check_range("rebalance.backoff.ms", self.rebalance_backoff_ms, 0)
+        _check_range("refresh.leader.backoff.ms", self.refresh_leader_backoff_ms, 1)
+        _check_range("consumer.timeout.ms", self.consumer_timeout_ms, _INT32_MIN)
+        _check_range("offsets.channel.backoff.ms", self.offsets_channel_backoff_ms, 1)
+        _check_range("offsets.channel.socket.timeout.ms", self.offsets_channel_socket_timeout_ms, 1)
+        _check_range("offsets.commit.max.retries", self.offsets_commit_max_retries, 0)
+
+        _check_choice("auto.offset.reset", self.auto_offset_reset, _AUTO_OFFSET_RESET_VALUES)
+        _check_choice("offsets.storage", self.offsets_storage, _OFFSETS_STORAGE_VALUES)
+        _check_choice(
+            "partition.assignment.strategy",
+            self.partition_assignment_strategy,
+            _ASSIGNMENT_STRATEGY_VALUES,
+        )
+        _check_choice(
+            "cluster.metadata.source",
+            self.cluster_metadata_source,
+            _CLUSTER_METADATA_SOURCE_VALUES,
+        )
+
+        # As ConsumerConfig.scala's require (KAFKA-1147): a long poll must not outlast the socket.
+        if self.fetch_wait_max_ms > self.socket_timeout_ms:
+            raise InvalidConfigError(
+                "socket.timeout.ms",
+                f"must be at least fetch.wait.max.ms ({self.fetch_wait_max_ms}) to prevent "
+                f"unnecessary socket timeouts, got {self.socket_timeout_ms}",
+            )
+
+    @property
+    def effective_client_id(self) -> str:
+        """``client.id`` in force: ``client_id``, or ``group_id`` when unset (as the original)."""
+        return self.client_id if self.client_id is not None else self.group_id
+
+    @property
+    def effective_zookeeper_connection_timeout_ms(self) -> int:
+        """``zookeeper.connection.timeout.ms`` in force, in ms: the session timeout when unset."""
+        if self.zookeeper_connection_timeout_ms is not None:
+            return self.zookeeper_connection_timeout_ms
+        return self.zookeeper_session_timeout_ms
+
+    @property
+    def effective_rebalance_backoff_ms(self) -> int:
+        """``rebalance.backoff.ms`` in force, in ms: ``zookeeper.sync.time.ms`` when unset."""
+        if self.rebalance_backoff_ms is not None:
+            return self.rebalance_backoff_ms
+        return self.zookeeper_sync_time_ms
+
+    @property
+    def effective_dual_commit_enabled(self) -> bool:
+        """``dual.commit.enabled`` in force: ``offsets.storage == "kafka"`` when unset."""
+        if self.dual_commit_enabled is not None:
+            return self.dual_commit_enabled
+        return self.offsets_storage == "kafka"
+
+    @property
+    def zookeeper_hosts(self) -> str:
+        """The ``host:port[,host:port...]`` part of ``zookeeper.connect``, without the chroot."""
+        return self.zookeeper_connect.partition("/")[0]
+
+    @property
+    def zookeeper_chroot(self) -> str | None:
+        """The chroot path of ``zookeeper.connect`` (``"/kafka"``), or ``None`` if it has none.
+
+        A bare ``/`` counts as none, as ZooKeeper's ``ConnectStringParser`` treats it.
+        """
+        _, slash, path = self.zookeeper_connect.partition("/")
+        return slash + path if path else None
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object]) -> Self:
+        """Build a config from the original's dotted property keys.
+
+        Values may be strings, as a ``.properties`` file holds them, or already typed
+        (``int``, ``bool``, ``str``). Strings are stripped of surrounding whitespace before
+        they are read as ints or booleans. A ``None`` value counts as absent. As the
+        original's ``VerifiableProperties``, booleans must be ``true`` or ``false`` (here in
+        any letter case), and unknown keys are only warned about.
+
+        Args:
+            props: dotted key (``"group.id"``) to value. ``group.id`` and
+                ``zookeeper.connect`` are required; every other key has its default.
+
+        Returns:
+            The validated config.
+
+        Raises:
+            InvalidConfigError: when ``group.id`` or ``zookeeper.connect`` is missing
+                ("missing required property"), a string does not parse as the key's int or
+                boolean, or any check of :class:`ConsumerConfig` fails; ``key`` is the dotted
+                key at fault.
+
+        Warns:
+            UnknownConfigWarning: once, naming every key that is not a consumer property
+                (JVM-only keys such as ``kafka.metrics.reporters`` included); those keys
+                are ignored.
+        """
+        kinds = _FIELD_KINDS
+        kwargs: dict[str, Any] = {}
+        unknown: list[str] = []
+        for key, value in props.items():
+            name = key.replace(".", "_") if isinstance(key, str) else ""
+            if not isinstance(key, str) or "_" in key or name not in kinds:
+                unknown.append(_describe_unknown(key, kinds))
+                continue
+            if value is None:
+                continue
+            kind, _ = kinds[name]
+            kwargs[name] = _parse(key, value, kind)
+        if unknown:
+            warnings.warn(
+                "unknown consumer properties ignored: " + ", ".join(sorted(unknown)),
+                UnknownConfigWarning,
+                stacklevel=2,
+            )
+        for required in ("group.id", "zookeeper.connect"):
+            if required.replace(".", "_") not in kwargs:
+                raise InvalidConfigError(required, "missing required property")
+        return cls(**kwargs)
+
+    def to_properties(self) -> dict[str, str]:
+        """Return the config as dotted keys and string values: the inverse of ``from_properties``.
+
+        Keys left unset (``None``, e.g. ``client.id`` when it follows ``group.id``) are left
+        out, so ``ConsumerConfig.from_properties(c.to_properties()) == c``.
+
+        Returns:
+            Dotted key to value: ints in decimal, booleans as ``"true"``/``"false"``, in the
+            order of the attributes.
+        """
+        out: dict[str, str] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            key = f.name.replace("_", ".")
+            if isinstance(value, bool):
+                out[key] = "true" if value else "false"
+            else:
+                out[key] = str(value)
+        return out
+
+    def replace(self, **changes: Any) -> Self:
+        """Return a copy with ``changes`` applied (``dataclasses.replace``), validated anew.
+
+        Args:
+            **changes: attribute name (underscored, ``group_id``) to new value.
+
+        Returns:
+            The new config; unset derived keys (``client_id`` ...) follow the new values.
+
+        Raises:
+            InvalidConfigError: when the result fails a check of :class:`ConsumerConfig`.
+            TypeError: when a name is not an attribute.
+        """
+        return dataclasses.replace(self, **changes)
+
+
+def _field_kinds(cls: type[ConsumerConfig]) -> dict[str, tuple[type, bool]]:
+    """Map each attribute to its base type (int, bool or str) and whether ``None`` is allowed."""
+    kinds: dict[str, tuple[type, bool]] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if isinstance(hint, types.UnionType):
+            (base,) = (arg for arg in typing.get_args(hint) if arg is not type(None))
+            kinds[name] = (base, True)
+        else:
+            kinds[name] = (hint, False)
+    return kinds
+
+
+_FIELD_KINDS = _field_kinds(ConsumerConfig)
+
+
+def _describe_unknown(key: object, kinds: Mapping[str, tuple[type, bool]]) -> str:
+    text = key if isinstance(key, str) else repr(key)
+    if isinstance(key, str) and "_" in key and key in kinds:
+        return f"{text} (did you mean {key.replace('_', '.')}?)"
+    return text
+
+
+def _parse(key: str, value: object, kind: type) -> object:
+    """Read one property value as ``kind``; values that are not strings pass through."""
+    if not isinstance(value, str) or kind is str:
+        return value
+    text = value.strip()
+    if kind is bool:
+        lowered = text.lower()
+        if lowered not in ("true", "false"):
+            raise InvalidConfigError(
+                key, f"boolean values must be either 'true' or 'false', got {value!r}"
+            )
+        return lowered == "true"
+    if not _INT_TEXT.fullmatch(text):
+        raise InvalidConfigError(key, f"must be an integer, got {value!r}")
+    return int(text)
+
+
+_KIND_NAMES = {int: "an int", bool: "a bool", str: "a str"}
+
+
+def _check_type(name: str, value: object, kind: type, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        wanted = _KIND_NAMES[kind] + (" or None" if optional else "")
+        raise InvalidConfigError(
+            name.replace("_", "."),
+            f"must be {wanted}, got {value!r} ({type(value).__name__})",
+        )
+
+
+def _check_range(key: str, value: int, minimum: int, *, extra: str = "") -> None:
+    if not minimum <= value <= _INT32_MAX:
+        raise InvalidConfigError(
+            key, f"must be between {minimum} and {_INT32_MAX}{extra}, got {value}"
+        )
+
+
+def _check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise InvalidConfigError(key, f"must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def _check_legal_chars(key: str, value: str) -> None:
+    # Kafka's validateChars accepts "", which for group.id makes /consumers/ the group dir.
+    if not _LEGAL_CHARS.fullmatch(value):
+        what = "must not be empty" if not value else f"{value!r} is illegal"
+        raise InvalidConfigError(key, f"{what}; allowed characters are {_LEGAL_CHARS_TEXT}")
+
+
+def _check_host_ports(key: str, value: str) -> None:
+    if not value:
+        raise InvalidConfigError(key, "must not be empty; expected host:port[,host:port...]")
+    for entry in value.split(","):
+        host, colon, port = entry.rpartition(":")
+        if not colon or not host:
+            raise InvalidConfigError(
+                key, f"{entry!r} is not host:port (in {value!r}); expected host:port[,host:port...]"
+            )
+        if not (_HOSTNAME.fullmatch(host) or _IPV6_LITERAL.fullmatch(host)):
+            raise InvalidConfigError(
+                key,
+                f"{host!r} is not a valid host (in {value!r}); use a hostname, an IPv4 "
+                f"address or an IPv6 address in brackets ([::1]:2181)",
+            )
+        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise InvalidConfigError(
+                key, f"port {port!r} of {entry!r} must be a number from 1 to 65535"
+            )
+
+
+def _check_zookeeper_connect(value: str) -> None:
+    key = "zookeeper.connect"
+    if not value:
+        raise InvalidConfigError(
+            key, "must not be empty; expected host:port[,host:port...][/chroot]"
+        )
+    hosts, slash, path = value.partition("/")
+    _check_host_ports(key, hosts)
+    if not slash or not path:
+        return
+    # As ZooKeeper's PathUtils.validatePath, which the chroot has to pass.
+    segments = path.split("/")
+    if any(seg in ("", ".", "..") for seg in segments):
+        raise InvalidConfigError(
+            key,
+            f"chroot {slash + path!r} is not a valid ZooKeeper path: it must start with '/' and "
+            f"have no empty, '.' or '..' segments and no trailing '/'",
+        )
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in path):
+        raise InvalidConfigError(key, f"chroot {slash + path!r} contains a control character")

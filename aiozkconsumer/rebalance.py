@@ -1,0 +1,301 @@
+"""Rebalance: the pure plan and the serialized worker that carries it out.
+
+``plan_assignment`` is pure: from a view of the group (members' registrations, the topics and
+their partitions) it returns the global assignment, exactly as the original's assignors (every
+member computes the same plan from the same view). ``Rebalancer`` performs one
+``syncedRebalance`` (``ZookeeperConsumerConnector.scala``, 0.10.2, §3.4–3.5 of the reference):
+stop fetchers and drop queued chunks, commit consumed offsets (auto-commit on), release owner
+nodes, assign from a fresh view, read offsets, claim owner nodes (undoing the attempt on any
+conflict), start fetchers; up to ``rebalance.max.retries`` attempts.
+
+Beyond the original: after a failed claim it waits for the blocking owner nodes to be deleted
+(a ZooKeeper watch) instead of always sleeping the full ``rebalance.backoff.ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .assignors import Assignment, AssignmentContext, get_assignor
+from .cluster import read_brokers, read_partitions_for_topics
+from .errors import (
+    ConsumerError,
+    ConsumerRebalanceFailedError,
+    MalformedZookeeperDataError,
+    ZookeeperError,
+)
+from .records import PartitionTopicInfo, TopicPartition
+from .subscription import ConsumerThreadId, TopicCount, construct_topic_count
+from .zk import layout
+
+if TYPE_CHECKING:
+    from .connector import ZookeeperConsumerConnector
+
+__all__ = ["RebalanceRecord", "Rebalancer", "plan_assignment"]
+
+log = logging.getLogger(__name__)
+
+
+def plan_assignment(
+    *,
+    group: str,
+    consumer_id: str,
+    topic_counts: Mapping[str, TopicCount],
+    partitions_for_topic: Mapping[str, Iterable[int]],
+    strategy: str,
+) -> Assignment:
+    """Compute the group's assignment from one view of it (pure).
+
+    Args:
+        group: ``group.id``.
+        consumer_id: the consumer id string of the member computing the plan.
+        topic_counts: every member's subscription, by consumer id string.
+        partitions_for_topic: partition ids of each subscribed topic.
+        strategy: ``partition.assignment.strategy`` (``range`` or ``roundrobin``).
+
+    Returns:
+        ``{consumer id: {TopicPartition: ConsumerThreadId}}`` with an entry (maybe empty) for
+        every member, as the original's assignors return.
+
+    Raises:
+        InvalidConfigError: unknown strategy.
+    """
+    ctx = AssignmentContext.build(group, consumer_id, topic_counts, partitions_for_topic)
+    return get_assignor(strategy)(ctx)
+
+
+@dataclass(frozen=True)
+class RebalanceRecord:
+    """What one ``syncedRebalance`` did.
+
+    Attributes:
+        started_at: wall-clock start, seconds since the epoch.
+        duration_s: how long it took, seconds.
+        attempts: attempts made (1 when the first succeeded).
+        succeeded: whether it ended owning its assignment.
+        partitions: the partitions owned afterwards.
+        reason: what triggered it.
+    """
+
+    started_at: float
+    duration_s: float
+    attempts: int
+    succeeded: bool
+    partitions: tuple[TopicPartition, ...]
+    reason: str
+
+
+class Rebalancer:
+    """Performs rebalances for one connector, one at a time (the caller holds the lock).
+
+    Args:
+        connector: the connector whose fetchers, queues, offsets and ZooKeeper session it uses.
+    """
+
+    def __init__(self, connector: ZookeeperConsumerConnector) -> None:
+        self.c = connector
+        self.history: list[RebalanceRecord] = []
+
+    async def synced_rebalance(self, reason: str) -> None:
+        """Run up to ``rebalance.max.retries`` attempts (``syncedRebalance``).
+
+        Raises:
+            ConsumerRebalanceFailedError: no attempt succeeded. The consumer then owns no
+                partition and fetches nothing; it stays registered, and the next trigger
+                (member change, new session) rebalances again.
+        """
+        c = self.c
+        cfg = c.config
+        started, t0 = time.time(), time.monotonic()
+        backoff_s = cfg.effective_rebalance_backoff_ms / 1000
+        last_error: BaseException | None = None
+        for attempt in range(1, cfg.rebalance_max_retries + 1):
+            if c.closing:
+                return
+            log.info("[%s] begin rebalancing (attempt %d, %s)", c.consumer_id_string, attempt, reason)
+            blocking: list[str] = []
+            try:
+                done = await self._rebalance(blocking)
+            except (ConsumerError, MalformedZookeeperDataError, ZookeeperError) as e:
+                log.info("[%s] exception during rebalance: %s", c.consumer_id_string, e)
+                last_error, done = e, False
+            if done:
+                self._record(started, t0, attempt, True, reason)
+                return
+            # A failed attempt: own nothing, fetch nothing, then wait before the next one.
+            await self._close_fetchers(commit=True)
+            if blocking:
+                await c.zk.wait_deleted(blocking, backoff_s)
+            else:
+                await anyio.sleep(backoff_s)
+        self._record(started, t0, cfg.rebalance_max_retries, False, reason)
+        raise ConsumerRebalanceFailedError(
+            f"{c.consumer_id_string} can't rebalance after {cfg.rebalance_max_retries} retries"
+            + (f"; last error: {last_error}" if last_error else "")
+        ) from last_error
+
+    def _record(self, started: float, t0: float, attempts: int, ok: bool, reason: str) -> None:
+        rec = RebalanceRecord(
+            started_at=started,
+            duration_s=time.monotonic() - t0,
+            attempts=attempts,
+            succeeded=ok,
+            partitions=tuple(sorted(self.c.topic_registry)),
+            reason=reason,
+        )
+        self.history.append(rec)
+        log.info(
+            "[%s] rebalance %s in %.3f s after %d attempt(s); owns %d partitions",
+            self.c.consumer_id_string,
+            "done" if ok else "FAILED",
+            rec.duration_s,
+            attempts,
+            len(rec.partitions),
+        )
+
+    async def _close_fetchers(self, *, commit: bool) -> None:
+        """Stop fetchers, drop queued chunks, commit consumed offsets (``closeFetchersForQueues``).
+
+        Fetchers stop before ownership is released, so no record of a partition another
+        consumer may already own is handed out (the original's rationale). The partitions are
+        marked inactive too, so a chunk a stream is iterating is dropped at its next record.
+        """
+        c = self.c
+        await c.fetcher.stop_connections()
+        for queue in c.queues():
+            while not queue.empty():
+                queue.get_nowait()
+        for stream in c.streams():
+            stream.clear()
+        if commit and c.config.auto_commit_enable:
+            try:
+                await c.commit_offsets()
+            except ZookeeperError as e:
+                log.warning("[%s] commit before rebalance failed: %s", c.consumer_id_string, e)
+
+    async def _release(self) -> None:
+        """Delete our owner nodes (``releasePartitionOwnership``); the registry becomes empty."""
+        c = self.c
+        registry = c.topic_registry
+        for pti in registry.values():
+            pti.active = False
+        if c.listener is not None and registry:
+            ownership: dict[str, set[int]] = {}
+            for tp in registry:
+                ownership.setdefault(tp.topic, set()).add(tp.partition)
+            await c.listener.before_releasing_partitions(ownership)
+        for tp in list(registry):
+            await c.zk.delete(layout.owner_path(c.config.group_id, tp.topic, tp.partition))
+        c.offset_store.forget(registry)
+        c.topic_registry = {}
+
+    async def _rebalance(self, blocking: list[str]) -> bool:
+        """One attempt (``rebalance(cluster)``). Returns ``True`` on success.
+
+        ``blocking`` receives the owner paths held by others when the claim fails.
+        """
+        c = self.c
+        cfg = c.config
+        group = cfg.group_id
+        zk = c.zk
+        me = c.consumer_id_string
+        own = await zk.get_data(layout.ids_path(group, me))
+        if own is None:
+            raise ConsumerError(f"own registration {layout.ids_path(group, me)} is missing")
+        brokers = await read_brokers(zk)
+        if not brokers:
+            log.warning("[%s] no brokers found when trying to rebalance.", me)
+            return True
+        await self._close_fetchers(commit=True)
+        await self._release()
+
+        members = sorted(await zk.get_children(layout.ids_dir(group)) or [])
+        all_topics = await zk.get_children(layout.BROKER_TOPICS_PATH) or []
+        topic_counts: dict[str, TopicCount] = {}
+        for member in members:
+            path = layout.ids_path(group, member)
+            data = await zk.get_data(path)
+            if data is None:
+                continue  # left meanwhile; the ids watch triggers another rebalance
+            reg = layout.decode_registration(data, path)
+            topic_counts[member] = construct_topic_count(
+                member, reg, all_topics, cfg.exclude_internal_topics
+            )
+        if me not in topic_counts:
+            raise ConsumerError(f"own registration of {me} vanished during rebalance")
+        topics = {t for tcount in topic_counts.values() for t in tcount.get_topic_count_map()}
+        partitions = await read_partitions_for_topics(zk, topics)
+        assignment = plan_assignment(
+            group=group,
+            consumer_id=me,
+            topic_counts=topic_counts,
+            partitions_for_topic=partitions,
+            strategy=cfg.partition_assignment_strategy,
+        )
+        mine = assignment.get(me, {})
+        offsets = await c.offset_store.fetch(mine)
+        if c.closing:
+            return False
+
+        new_registry: dict[TopicPartition, PartitionTopicInfo] = {}
+        for tp, thread_id in mine.items():
+            queue = c.queue_for(tp.topic, thread_id)
+            offset = offsets[tp]
+            new_registry[tp] = PartitionTopicInfo(
+                topic=tp.topic,
+                partition=tp.partition,
+                queue=queue,
+                consumed_offset=offset,
+                fetched_offset=offset,
+                fetch_size=cfg.fetch_message_max_bytes,
+                client_id=cfg.effective_client_id,
+            )
+
+        if not await self._claim(mine, blocking):
+            return False
+        c.topic_registry = new_registry
+        c.owned_partitions_changed()
+        if c.listener is not None:
+            global_view: dict[str, dict[int, ConsumerThreadId]] = {}
+            for per_consumer in assignment.values():
+                for tp, tid in per_consumer.items():
+                    global_view.setdefault(tp.topic, {})[tp.partition] = tid
+            await c.listener.before_starting_fetchers(me, global_view)
+        if new_registry:
+            await c.ensure_kafka(brokers)
+            await c.fetcher.start_connections(new_registry.values(), c.task_group)
+        return True
+
+    async def _claim(
+        self, mine: Mapping[TopicPartition, ConsumerThreadId], blocking: list[str]
+    ) -> bool:
+        """Create our owner nodes (``reflectPartitionOwnershipDecision``).
+
+        Tries all, not stopping at the first conflict; on any conflict deletes those created
+        in this attempt and returns ``False``.
+        """
+        c = self.c
+        created: list[str] = []
+        for tp, thread_id in sorted(mine.items()):
+            path = layout.owner_path(c.config.group_id, tp.topic, tp.partition)
+            if await c.zk.create_ephemeral_expect_conflict(path, layout.encode_owner(str(thread_id))):
+                created.append(path)
+            else:
+                log.info(
+                    "[%s] waiting for the partition ownership to be deleted: %s for topic %s",
+                    c.consumer_id_string,
+                    tp.partition,
+                    tp.topic,
+                )
+                blocking.append(path)
+        if blocking:
+            for path in created:
+                await c.zk.delete(path)
+            return False
+        return True

@@ -1,0 +1,432 @@
+"""The aiozk adapter: one ZooKeeper session with the original consumer's node idioms.
+
+Everything the consumer does with ZooKeeper goes through ``ZkClient``: it translates aiozk's
+exceptions into ``aiozkconsumer.errors`` (no ``aiozk.exc`` escapes), bounds connection set-up
+by ``zookeeper.connection.timeout.ms``, implements the original's ephemeral-node rules
+(``ZKCheckedEphemeral`` for registrations, ``createEphemeralPathExpectConflict`` for owner
+nodes) and turns watches and session state into awaitable events owned by the caller's tasks
+(no fire-and-forget callbacks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import posixpath
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Any
+
+import aiozk
+from aiozk import exc as zk_exc
+from aiozk.states import States
+
+from ..errors import (
+    ZookeeperConnectionError,
+    ZookeeperError,
+    ZookeeperNodeExistsError,
+    ZookeeperSessionExpiredError,
+)
+
+__all__ = ["SessionState", "ZkClient", "parse_connect_string"]
+
+log = logging.getLogger(__name__)
+
+SessionState = str  # one of aiozk's States: "connected", "suspended", "read_only", "lost"
+
+
+def parse_connect_string(connect: str) -> tuple[str, str | None]:
+    """Split ``host:port[,host:port...][/chroot]`` into servers and chroot.
+
+    Returns:
+        ``(servers, chroot)``; ``chroot`` is ``None`` when absent or ``"/"``.
+    """
+    servers, slash, chroot = connect.partition("/")
+    root = "/" + chroot.rstrip("/") if slash and chroot.strip("/") else None
+    return servers, root
+
+
+@contextlib.contextmanager
+def map_zk_errors(path: str | None = None) -> Iterator[None]:
+    """Translate aiozk exceptions raised inside the block into ``ZookeeperError``s."""
+    try:
+        yield
+    except zk_exc.NodeExists as e:
+        raise ZookeeperNodeExistsError(path or "?") from e
+    except (zk_exc.SessionLost, zk_exc.SessionExpired) as e:
+        raise ZookeeperSessionExpiredError(
+            f"ZooKeeper session expired{f' (at {path})' if path else ''}"
+        ) from e
+    except (zk_exc.ConnectError, zk_exc.ConnectionLoss, zk_exc.TimeoutError) as e:
+        raise ZookeeperConnectionError(
+            f"ZooKeeper connection lost{f' (at {path})' if path else ''}: {e!r}"
+        ) from e
+    except zk_exc.ZKError as e:
+        raise ZookeeperError(f"ZooKeeper error {type(e).__name__} at {path}: {e}") from e
+
+
+class ZkClient:
+    """One ZooKeeper session (an ``aiozk.ZKClient``) with the consumer's idioms.
+
+    Args:
+        connect: ``zookeeper.connect``, ``host:port[,host:port...][/chroot]``.
+        session_timeout_ms: ``zookeeper.session.timeout.ms`` (the server may negotiate it
+            into its ``[2, 20] x tickTime`` range).
+        connection_timeout_ms: ``zookeeper.connection.timeout.ms``: how long ``start()``
+            waits for the first session.
+        request_timeout_ms: bound on a single request while the connection is down; aiozk
+            would otherwise wait forever for the session to come back. Defaults to the
+            session timeout.
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        *,
+        session_timeout_ms: int = 6000,
+        connection_timeout_ms: int = 6000,
+        request_timeout_ms: int | None = None,
+    ) -> None:
+        self.connect = connect
+        self._servers, self._chroot = parse_connect_string(connect)
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout_ms = connection_timeout_ms
+        self.request_timeout_s = (request_timeout_ms or session_timeout_ms) / 1000
+        self._zk: Any = None
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the session.
+
+        Raises:
+            ZookeeperConnectionError: no server of ``connect`` answered within
+                ``connection_timeout_ms``; every background task aiozk started is stopped.
+        """
+        self._zk = aiozk.ZKClient(
+            self._servers,
+            chroot=self._chroot,
+            session_timeout=self.session_timeout_ms / 1000,
+        )
+        try:
+            await asyncio.wait_for(self._zk.start(), self.connection_timeout_ms / 1000)
+        except (TimeoutError, zk_exc.ZKError, OSError) as e:
+            await self._abort()
+            raise ZookeeperConnectionError(
+                f"could not connect to ZooKeeper at {self.connect!r} within "
+                f"zookeeper.connection.timeout.ms={self.connection_timeout_ms}"
+            ) from e
+        except BaseException:
+            await self._abort()
+            raise
+
+    async def _abort(self) -> None:
+        """Stop aiozk's background tasks without talking to the server."""
+        zk = self._zk
+        if zk is None:
+            return
+        session = zk.session
+        session.closing = True
+        task = getattr(session, "repair_loop_task", None)
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        if session.heartbeat_handle is not None:
+            session.heartbeat_handle.cancel()
+            session.heartbeat_handle = None
+        hb = getattr(session, "heartbeat_task", None)
+        if hb is not None and not hb.done():
+            hb.cancel()
+            with contextlib.suppress(BaseException):
+                await hb
+        conn = session.conn
+        if conn is not None:
+            with contextlib.suppress(BaseException):
+                conn.abort()
+                await asyncio.wait_for(conn.close(0.5), 1.0)
+        session.started = False
+
+    async def close(self, timeout_s: float = 5.0) -> None:
+        """Close the session: the server deletes its ephemeral nodes at once.
+
+        Never raises; bounded by ``timeout_s`` (then the connection is dropped, and the
+        server expires the session after its timeout).
+        """
+        if self._zk is None or self._closed:
+            return
+        self._closed = True
+        try:
+            with anyio_shield():
+                await asyncio.wait_for(self._zk.close(), timeout_s)
+        except BaseException as e:  # noqa: BLE001 - close must not fail
+            log.debug("ZooKeeper close did not finish cleanly: %r", e)
+            await self._abort()
+
+    @property
+    def raw(self) -> Any:
+        """The underlying ``aiozk.ZKClient`` (for tools and tests)."""
+        return self._zk
+
+    @property
+    def session_id(self) -> int | None:
+        """The current session id, ``None`` before the first session."""
+        return None if self._zk is None else self._zk.session.session_id
+
+    @property
+    def state(self) -> SessionState:
+        """The session state: ``"connected"``, ``"suspended"``, ``"read_only"`` or ``"lost"``."""
+        if self._zk is None:
+            return States.LOST
+        return str(self._zk.session.state.current_state)
+
+    async def wait_for_state(self, *states: SessionState) -> None:
+        """Wait until the session is in one of ``states`` (returns at once if it is)."""
+        await self._zk.session.state.wait_for(*states)
+
+    async def session_events(self) -> AsyncIterator[tuple[str, int | None]]:
+        """Yield ``("suspended"|"lost", old_id)`` and ``("connected", new_id)`` transitions.
+
+        ``("connected", id)`` with an id different from the previous one means the old session
+        expired and aiozk opened a new one: its ephemeral nodes are gone.
+        """
+        last_id = self.session_id
+        while True:
+            await self.wait_for_state(States.SUSPENDED, States.LOST)
+            yield (self.state, last_id)
+            await self.wait_for_state(States.CONNECTED)
+            last_id = self.session_id
+            yield (States.CONNECTED, last_id)
+
+    # -- requests ------------------------------------------------------------------------
+
+    async def _call(self, path: str, coro: Any) -> Any:
+        with map_zk_errors(path):
+            try:
+                return await asyncio.wait_for(coro, self.request_timeout_s)
+            except TimeoutError:
+                raise ZookeeperConnectionError(
+                    f"ZooKeeper request on {path} timed out after {self.request_timeout_s:.1f} s "
+                    f"(connection to {self.connect!r} lost?)"
+                ) from None
+
+    async def get(self, path: str) -> tuple[bytes, Any] | None:
+        """Return ``(data, stat)`` of a node, or ``None`` if it does not exist."""
+        try:
+            data, stat = await self._call(path, self._zk.get(path))
+        except ZookeeperError as e:
+            if isinstance(e.__cause__, zk_exc.NoNode):
+                return None
+            raise
+        return (data or b"", stat)
+
+    async def get_data(self, path: str) -> bytes | None:
+        """Return a node's data, or ``None`` if it does not exist."""
+        got = await self.get(path)
+        return None if got is None else got[0]
+
+    async def get_children(self, path: str, *, watch: bool = False) -> list[str] | None:
+        """Return a node's children (unsorted), or ``None`` if the node does not exist."""
+        try:
+            return list(await self._call(path, self._zk.get_children(path, watch=watch)))
+        except ZookeeperError as e:
+            if isinstance(e.__cause__, zk_exc.NoNode):
+                return None
+            raise
+
+    async def exists(self, path: str, *, watch: bool = False) -> bool:
+        """Whether a node exists (optionally leaving an exists-watch)."""
+        return bool(await self._call(path, self._zk.exists(path, watch=watch)))
+
+    async def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its parents as persistent nodes where missing."""
+        await self._call(path, self._zk.ensure_path(path))
+
+    async def create(
+        self, path: str, data: bytes, *, ephemeral: bool = False, make_parents: bool = True
+    ) -> None:
+        """Create a node, creating missing parents as persistent nodes.
+
+        Raises:
+            ZookeeperNodeExistsError: the node exists.
+            ZookeeperConnectionError: the connection was lost and did not come back in time.
+        """
+        try:
+            await self._call(path, self._zk.create(path, data, ephemeral=ephemeral))
+        except ZookeeperError as e:
+            if not (make_parents and isinstance(e.__cause__, zk_exc.NoNode)):
+                raise
+            await self.ensure_path(posixpath.dirname(path))
+            await self._call(path, self._zk.create(path, data, ephemeral=ephemeral))
+
+    async def create_ephemeral_checked(self, path: str, data: bytes) -> None:
+        """Create an ephemeral node the way ``ZKCheckedEphemeral`` (0.9+, KAFKA-1387) does.
+
+        If the node exists and is owned by *this* session (a retried create after a connection
+        loss), that counts as success.
+
+        Raises:
+            ZookeeperNodeExistsError: the node exists and belongs to another session.
+        """
+        try:
+            await self.create(path, data, ephemeral=True)
+        except ZookeeperNodeExistsError:
+            got = await self.get(path)
+            if got is None:
+                await self.create(path, data, ephemeral=True)
+                return
+            if got[1].ephemeral_owner != self.session_id:
+                raise ZookeeperNodeExistsError(
+                    path,
+                    f"ZooKeeper node {path} exists and belongs to another session "
+                    f"(0x{got[1].ephemeral_owner:x}); is another consumer using the same "
+                    "consumer.id?",
+                ) from None
+
+    async def create_ephemeral_expect_conflict(self, path: str, data: bytes) -> bool:
+        """Create an ephemeral node as ``createEphemeralPathExpectConflict`` does.
+
+        Returns:
+            ``True`` if the node was created, or already holds exactly ``data`` (a create
+            retried over a connection loss); ``False`` if another value is there.
+        """
+        try:
+            await self.create(path, data, ephemeral=True)
+            return True
+        except ZookeeperNodeExistsError:
+            return await self.get_data(path) == data
+
+    async def set_or_create(self, path: str, data: bytes) -> None:
+        """Write a persistent node, creating it (and parents) if missing (``updatePersistentPath``)."""
+        try:
+            await self._call(path, self._zk.set(path, data, -1))
+        except ZookeeperError as e:
+            if not isinstance(e.__cause__, zk_exc.NoNode):
+                raise
+            try:
+                await self.create(path, data)
+            except ZookeeperNodeExistsError:
+                await self._call(path, self._zk.set(path, data, -1))
+
+    async def delete(self, path: str) -> bool:
+        """Delete a node (any version). Returns ``False`` if it did not exist."""
+        try:
+            await self._call(path, self._zk.delete(path, force=True))
+            return True
+        except ZookeeperError as e:
+            if isinstance(e.__cause__, zk_exc.NoNode):
+                return False
+            raise
+
+    async def delete_recursive(self, path: str) -> None:
+        """Delete a node and everything below it (not atomic; missing nodes are fine)."""
+        children = await self.get_children(path)
+        if children is None:
+            return
+        for child in children:
+            await self.delete_recursive(f"{path.rstrip('/')}/{child}")
+        await self.delete(path)
+
+    # -- watches -------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _watch_event(self, path: str, kinds: Iterable[Any]) -> AsyncIterator[asyncio.Event]:
+        """Register a callback for ``kinds`` of watch events on ``path``; yield an Event it sets."""
+        event = asyncio.Event()
+
+        def fire(_path: str) -> None:
+            event.set()
+
+        session = self._zk.session
+        full = self._zk.normalize_path(path)
+        kinds = list(kinds)
+        for kind in kinds:
+            session.add_watch_callback(kind, full, fire)
+        try:
+            yield event
+        finally:
+            for kind in kinds:
+                session.remove_watch_callback(kind, full, fire)
+
+    async def watch_children(self, path: str) -> AsyncIterator[list[str] | None]:
+        """Yield the children of ``path`` now and after every change (``None``: no node).
+
+        ZooKeeper coalesces changes: each value is the state after one or more changes. While
+        the node is missing, an exists-watch waits for its creation. Watches survive
+        reconnects (aiozk re-arms them with SetWatches).
+        """
+        kinds = (
+            aiozk.WatchEvent.CHILDREN_CHANGED,
+            aiozk.WatchEvent.DELETED,
+            aiozk.WatchEvent.CREATED,
+        )
+        async with self._watch_event(path, kinds) as event:
+            while True:
+                event.clear()
+                children = await self.get_children(path, watch=True)
+                if children is None and await self.exists(path, watch=True):
+                    continue  # created in between: read it again
+                yield children
+                await event.wait()
+
+    async def watch_data(self, path: str) -> AsyncIterator[bytes | None]:
+        """Yield the data of ``path`` now and after every change (``None``: no node)."""
+        kinds = (
+            aiozk.WatchEvent.DATA_CHANGED,
+            aiozk.WatchEvent.DELETED,
+            aiozk.WatchEvent.CREATED,
+        )
+        async with self._watch_event(path, kinds) as event:
+            while True:
+                event.clear()
+                try:
+                    data: bytes | None = await self._call(path, self._zk.get_data(path, watch=True))
+                except ZookeeperError as e:
+                    if not isinstance(e.__cause__, zk_exc.NoNode):
+                        raise
+                    if await self.exists(path, watch=True):
+                        continue
+                    data = None
+                yield data
+                await event.wait()
+
+    async def wait_deleted(self, paths: Iterable[str], timeout_s: float) -> bool:
+        """Wait until every node of ``paths`` is gone, at most ``timeout_s`` seconds.
+
+        Used instead of sleeping ``rebalance.backoff.ms`` when an owner node of a previous
+        owner is in the way.
+
+        Returns:
+            ``True`` if all are gone, ``False`` on timeout.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        for path in paths:
+            async with self._watch_event(path, (aiozk.WatchEvent.DELETED,)) as event:
+                while await self.exists(path, watch=True):
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        return False
+                    try:
+                        await asyncio.wait_for(event.wait(), remaining)
+                    except TimeoutError:
+                        return False
+                    event.clear()
+        return True
+
+    def __repr__(self) -> str:
+        sid = self.session_id
+        return (
+            f"<ZkClient {self.connect} [{self.state}, session "
+            f"{'-' if sid is None else hex(sid)}]>"
+        )
+
+
+@contextlib.contextmanager
+def anyio_shield() -> Iterator[None]:
+    """Shield cleanup from cancellation of the surrounding anyio scope."""
+    import anyio
+
+    with anyio.CancelScope(shield=True):
+        yield
