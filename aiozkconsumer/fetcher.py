@@ -25,6 +25,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
+from .assignors import java_string_hash
 from .cluster import EARLIEST, LATEST, KafkaClient
 from .errors import BrokerNotAvailableError, ConsumerError, UnknownTopicError
 from .records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
@@ -34,19 +35,12 @@ __all__ = ["ConsumerFetcher", "FetcherManager", "fetcher_id_for"]
 log = logging.getLogger(__name__)
 
 
-def _java_hash(s: str) -> int:
-    h = 0
-    for unit in s.encode("utf-16-be").hex(" ", 2).split():
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= (1 << 31) else h
-
-
 def fetcher_id_for(tp: TopicPartition, num_fetchers: int) -> int:
     """The fetcher a partition goes to: ``abs(31 * topic.hashCode + partition) % n``.
 
     As ``AbstractFetcherManager.getFetcherId`` (Java ``String.hashCode``, 32-bit overflow).
     """
-    v = (31 * _java_hash(tp.topic) + tp.partition) & 0xFFFFFFFF
+    v = (31 * java_string_hash(tp.topic) + tp.partition) & 0xFFFFFFFF
     v = v - (1 << 32) if v >= (1 << 31) else v
     return abs(v) % num_fetchers
 

@@ -229,7 +229,9 @@ class Rebalancer:
             )
         if me not in topic_counts:
             raise ConsumerError(f"own registration of {me} vanished during rebalance")
-        topics = {t for tcount in topic_counts.values() for t in tcount.get_topic_count_map()}
+        topics = {
+            t for tcount in topic_counts.values() for t in tcount.get_consumer_thread_ids_per_topic()
+        }
         partitions = await read_partitions_for_topics(zk, topics)
         assignment = plan_assignment(
             group=group,

@@ -178,7 +178,7 @@ class ZkClient:
     def state(self) -> SessionState:
         """The session state: ``"connected"``, ``"suspended"``, ``"read_only"`` or ``"lost"``."""
         if self._zk is None:
-            return States.LOST
+            return str(States.LOST)
         return str(self._zk.session.state.current_state)
 
     async def wait_for_state(self, *states: SessionState) -> None:

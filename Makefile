@@ -1,0 +1,38 @@
+# Every target does its own set-up: a virtualenv in .venv, the package with its test and dev
+# extras, and the Kafka/ZooKeeper jars (cached under ~/.cache/aiozkconsumer or
+# $AIOZKCONSUMER_CACHE).
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup jars demo test unit lint check clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+jars: $(STAMP)
+	$(PY) -m aiozkconsumer.testing.provision
+
+demo: jars
+	$(VENV)/bin/aiozkconsumer demo
+
+test: jars
+	$(VENV)/bin/pytest
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest -m "not integration"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+check: lint test
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

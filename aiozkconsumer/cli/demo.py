@@ -1,0 +1,382 @@
+"""``aiozkconsumer demo``: a consumer group reads a real topic end to end.
+
+Starts a ``LocalCluster`` (ZooKeeper + one Kafka 3.9 broker in ZooKeeper mode) unless
+``--zookeeper`` and ``--bootstrap-server`` name an existing cluster, creates a topic, produces
+keyed records with aiokafka's producer, consumes them with a group of connectors, stops one
+connector halfway to force a rebalance, and checks that nothing was lost and that the offsets
+committed in ZooKeeper equal the log end offsets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+from tqdm import tqdm
+
+from ..config import ConsumerConfig
+from ..connector import ZookeeperConsumerConnector
+from ..rebalance import RebalanceRecord
+from ..stream import KafkaStream
+from ..zk import layout
+from ..zk.client import ZkClient
+
+__all__ = ["DemoResult", "add_parser", "run_demo"]
+
+
+class Cluster(Protocol):
+    """What the demo needs of a cluster (``LocalCluster`` or an existing one)."""
+
+    @property
+    def zookeeper_connect(self) -> str: ...
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+    async def create_topic(self, name: str, partitions: int) -> None: ...
+
+    async def produce_to_partitions(
+        self, topic: str, records_by_partition: Mapping[int, Sequence[tuple[bytes | None, bytes]]]
+    ) -> int: ...
+
+    async def log_end_offsets(self, topic: str) -> dict[int, int]: ...
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``demo`` subcommand to the CLI's subparsers."""
+    p = sub.add_parser(
+        "demo",
+        help="run a consumer group against a local cluster and verify nothing is lost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--zookeeper", help="use this ZooKeeper (host:port[/chroot]) instead of a local cluster")
+    p.add_argument("--bootstrap-server", help="Kafka brokers of that cluster (host:port,...)")
+    p.add_argument("--records", type=int, default=1_000_000, help="records to produce (default: %(default)s)")
+    p.add_argument("--partitions", type=int, default=8, help="partitions of the topic (default: %(default)s)")
+    p.add_argument("--consumers", type=int, default=3, help="connectors in the group (default: %(default)s)")
+    p.add_argument("--streams", type=int, default=2, help="streams per connector (default: %(default)s)")
+    p.add_argument("--value-size", type=int, default=100, help="bytes per value (default: %(default)s)")
+    p.add_argument("--topic", help="topic name (default: a new unique one)")
+    p.add_argument("--group", help="group id (default: a new unique one)")
+    p.add_argument(
+        "--stall-timeout", type=float, default=120.0,
+        help="give up when no new record arrives for this many seconds (default: %(default)s)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="do not show progress bars")
+    p.set_defaults(func=_main)
+
+
+@dataclass
+class DemoResult:
+    """What the demo measured.
+
+    Attributes:
+        produced: records acknowledged by the broker.
+        distinct: distinct (partition, offset) pairs consumed.
+        duplicates: records handed out more than once.
+        lost: produced records never consumed.
+        seconds: consume time, first record to last, seconds.
+        rebalances: ``(member index, record)`` of every rebalance.
+        offsets: per partition ``(committed offset in ZooKeeper or -1, log end offset)``.
+    """
+
+    produced: int = 0
+    distinct: int = 0
+    duplicates: int = 0
+    lost: int = 0
+    seconds: float = 0.0
+    rebalances: list[tuple[int, RebalanceRecord]] = field(default_factory=list)
+    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def offsets_match(self) -> bool:
+        """Whether every committed offset equals its log end offset."""
+        return all(c == e for c, e in self.offsets.values())
+
+    @property
+    def ok(self) -> bool:
+        """Nothing lost and offsets committed up to the log end."""
+        return self.lost == 0 and self.offsets_match and self.produced > 0
+
+
+class _Tracker:
+    """Counts distinct and duplicate (partition, offset) pairs with one bitmap per partition."""
+
+    def __init__(self, end_offsets: Mapping[int, int]) -> None:
+        self.seen = {p: bytearray(n) for p, n in end_offsets.items()}
+        self.total = sum(end_offsets.values())
+        self.distinct = 0
+        self.duplicates = 0
+        self.first: float | None = None
+        self.last = time.monotonic()
+        self.changed = anyio.Event()
+
+    def add(self, partition: int, offset: int) -> None:
+        seen = self.seen[partition]
+        if seen[offset]:
+            self.duplicates += 1
+            return
+        seen[offset] = 1
+        self.distinct += 1
+        self.last = time.monotonic()
+        if self.first is None:
+            self.first = self.last
+
+
+async def _consume(stream: KafkaStream, tracker: _Tracker, bar: tqdm[Any] | None) -> None:
+    add = tracker.add
+    n = 0
+    async for msg in stream:
+        add(msg.partition, msg.offset)
+        n += 1
+        if n % 2000 == 0:
+            if bar is not None:
+                bar.update(tracker.distinct - bar.n)  # redraws at most every mininterval
+            tracker.changed.set()
+            tracker.changed = anyio.Event()
+            await asyncio.sleep(0)  # let fetchers and other streams run
+    tracker.changed.set()
+
+
+async def _member(
+    index: int,
+    config: ConsumerConfig,
+    topic: str,
+    streams_per_member: int,
+    tracker: _Tracker,
+    stop: anyio.Event,
+    bar: tqdm[Any] | None,
+    connectors: list[ZookeeperConsumerConnector],
+) -> None:
+    async with ZookeeperConsumerConnector(config) as connector:
+        connectors.append(connector)
+        streams = await connector.create_message_streams({topic: streams_per_member})
+        async with anyio.create_task_group() as tg:
+            for stream in streams[topic]:
+                tg.start_soon(_consume, stream, tracker, bar)
+            await stop.wait()
+            # Shutdown ends every stream: the consumers above finish on their own.
+            await connector.shutdown()
+
+
+def _records(i0: int, n: int, value_size: int) -> list[tuple[bytes | None, bytes]]:
+    pad = b"x" * max(0, value_size - 12)
+    return [(b"key-%d" % i, (b"%012d" % i + pad)[:value_size]) for i in range(i0, i0 + n)]
+
+
+async def _produce(cluster: Cluster, topic: str, args: argparse.Namespace) -> int:
+    per_round = 50_000
+    produced = 0
+    with tqdm(total=args.records, desc="produce", unit="rec", unit_scale=True,
+              disable=args.no_progress, file=sys.stderr, mininterval=1) as bar:
+        for start in range(0, args.records, per_round):
+            n = min(per_round, args.records - start)
+            records = _records(start, n, args.value_size)
+            by_partition: dict[int, list[tuple[bytes | None, bytes]]] = {}
+            for j, rec in enumerate(records):
+                by_partition.setdefault((start + j) % args.partitions, []).append(rec)
+            produced += await cluster.produce_to_partitions(topic, by_partition)
+            bar.update(n)
+    return produced
+
+
+async def _read_committed(zk_connect: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    zk = ZkClient(zk_connect)
+    await zk.start()
+    try:
+        result = {}
+        for p in range(partitions):
+            data = await zk.get_data(layout.offset_path(group, topic, p))
+            result[p] = -1 if data is None else layout.decode_offset(data)
+        return result
+    finally:
+        await zk.close()
+
+
+async def run_demo(cluster: Cluster, args: argparse.Namespace) -> DemoResult:
+    """Produce, consume with a group, stop one member halfway, verify. See the module doc."""
+    topic = args.topic or f"demo-{uuid.uuid4().hex[:8]}"
+    group = args.group or f"demo-group-{uuid.uuid4().hex[:8]}"
+    result = DemoResult()
+    _say(f"topic {topic} ({args.partitions} partitions), group {group}")
+    await cluster.create_topic(topic, args.partitions)
+    t0 = time.monotonic()
+    result.produced = await _produce(cluster, topic, args)
+    _say(f"produced {result.produced:,} records in {time.monotonic() - t0:.1f} s")
+    end_offsets = await cluster.log_end_offsets(topic)
+
+    tracker = _Tracker(end_offsets)
+    config = ConsumerConfig(
+        group_id=group,
+        zookeeper_connect=cluster.zookeeper_connect,
+        auto_offset_reset="smallest",
+        auto_commit_interval_ms=1000,
+    )
+    stops = [anyio.Event() for _ in range(args.consumers)]
+    connectors: list[ZookeeperConsumerConnector] = []
+    bar = None if args.no_progress else tqdm(
+        total=tracker.total, desc="consume", unit="rec", unit_scale=True, file=sys.stderr,
+        mininterval=1,
+    )
+    stalled = False
+    try:
+        async with anyio.create_task_group() as tg:
+            for i in range(args.consumers):
+                tg.start_soon(_member, i, config, topic, args.streams, tracker, stops[i], bar,
+                              connectors)
+            stopped_one = args.consumers < 2
+            while tracker.distinct < tracker.total:
+                with anyio.move_on_after(1):
+                    await tracker.changed.wait()
+                if not stopped_one and tracker.distinct >= tracker.total // 2:
+                    stopped_one = True
+                    _say(f"stopping member {args.consumers - 1} at {tracker.distinct:,} records "
+                         "to force a rebalance")
+                    stops[-1].set()
+                if time.monotonic() - tracker.last > args.stall_timeout:
+                    stalled = True
+                    break
+            for stop in stops:
+                stop.set()
+    finally:
+        if bar is not None:
+            bar.n = tracker.distinct
+            bar.close()
+    if stalled:
+        _say(f"no new record for {args.stall_timeout:.0f} s: giving up")
+    result.distinct = tracker.distinct
+    result.duplicates = tracker.duplicates
+    result.lost = tracker.total - tracker.distinct
+    if tracker.first is not None:
+        result.seconds = max(tracker.last - tracker.first, 1e-9)
+    for i, connector in enumerate(connectors):
+        for rec in connector.statistics().rebalances:
+            result.rebalances.append((i, rec))
+    committed = await _read_committed(cluster.zookeeper_connect, group, topic, args.partitions)
+    result.offsets = {p: (committed[p], end_offsets.get(p, 0)) for p in range(args.partitions)}
+    return result
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def print_summary(result: DemoResult) -> None:
+    """Print the demo's summary to stdout."""
+    rate = result.distinct / result.seconds if result.seconds else 0.0
+    print("== aiozkconsumer demo summary ==")
+    print(f"records produced          {result.produced:>12,}")
+    print(f"distinct records consumed {result.distinct:>12,}")
+    print(f"duplicates                {result.duplicates:>12,}")
+    print(f"lost                      {result.lost:>12,}")
+    print(f"records/s                 {rate:>12,.0f}")
+    print("rebalances:")
+    for member, rec in sorted(result.rebalances, key=lambda r: r[1].started_at):
+        print(
+            f"  member {member}: {rec.reason:<34} {rec.duration_s * 1000:8.1f} ms  "
+            f"attempts={rec.attempts} {'ok' if rec.succeeded else 'FAILED'} "
+            f"partitions={len(rec.partitions)}"
+        )
+    print("partition  committed(ZooKeeper)  log-end-offset  equal")
+    for p, (committed, end) in sorted(result.offsets.items()):
+        print(f"{p:>9}  {committed:>20,}  {end:>14,}  {'yes' if committed == end else 'NO'}")
+    print("RESULT:", "OK" if result.ok else "FAILED")
+
+
+@dataclass
+class ExistingCluster:
+    """A cluster the user runs, reached through ``--zookeeper`` / ``--bootstrap-server``."""
+
+    zookeeper_connect: str
+    bootstrap_servers: str
+
+    async def create_topic(self, name: str, partitions: int) -> None:
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(name, partitions, 1)])
+        finally:
+            await admin.close()
+        await self.log_end_offsets(name)
+
+    async def produce_to_partitions(
+        self, topic: str, records_by_partition: Mapping[int, Sequence[tuple[bytes | None, bytes]]]
+    ) -> int:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers, acks="all")
+        await producer.start()
+        try:
+            futures = []
+            for partition, records in records_by_partition.items():
+                batch = producer.create_batch()
+                for key, value in records:
+                    if batch.append(key=key, value=value, timestamp=None) is None:
+                        futures.append(await producer.send_batch(batch, topic, partition=partition))
+                        batch = producer.create_batch()
+                        batch.append(key=key, value=value, timestamp=None)
+                futures.append(await producer.send_batch(batch, topic, partition=partition))
+            await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+        return sum(len(r) for r in records_by_partition.values())
+
+    async def log_end_offsets(self, topic: str) -> dict[int, int]:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.structs import TopicPartition as KTP
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers)
+        await consumer.start()
+        try:
+            for _ in range(100):
+                parts = consumer.partitions_for_topic(topic)
+                if parts:
+                    break
+                await consumer._client.force_metadata_update()
+                await asyncio.sleep(0.1)
+            ends = await consumer.end_offsets([KTP(topic, p) for p in sorted(parts or ())])
+            return {tp.partition: off for tp, off in ends.items()}
+        finally:
+            await consumer.stop()
+
+
+@contextlib.asynccontextmanager
+async def _cluster(args: argparse.Namespace) -> AsyncIterator[Cluster]:
+    if args.zookeeper:
+        if not args.bootstrap_server:
+            raise SystemExit("--zookeeper needs --bootstrap-server too")
+        yield ExistingCluster(args.zookeeper, args.bootstrap_server)
+        return
+    from ..testing import LocalCluster
+
+    _say("starting a local ZooKeeper + Kafka 3.9 cluster (first run downloads the jars) ...")
+    t0 = time.monotonic()
+    async with LocalCluster() as cluster:
+        _say(f"cluster up in {time.monotonic() - t0:.1f} s: ZooKeeper {cluster.zookeeper_connect}, "
+             f"Kafka {cluster.bootstrap_servers}")
+        yield cluster
+
+
+async def _amain(args: argparse.Namespace) -> int:
+    async with _cluster(args) as cluster:
+        result = await run_demo(cluster, args)
+    print_summary(result)
+    return 0 if result.ok else 1
+
+
+def _main(args: argparse.Namespace) -> int:
+    for name in ("records", "partitions", "consumers", "streams", "value_size"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
+    return asyncio.run(_amain(args))

@@ -1,0 +1,30 @@
+"""Test support: a real local ZooKeeper + Kafka 3.9 cluster and pytest fixtures.
+
+- :class:`LocalCluster` starts ZooKeeper and Kafka brokers (ZooKeeper mode) as ``java``
+  processes on free loopback ports, with fault tools (kill/pause/restart a broker,
+  stop/start ZooKeeper, expire a session for real).
+- :func:`provision_kafka` fetches the jars from Maven Central into a cache directory
+  (``python -m aiozkconsumer.testing.provision`` on the command line).
+- :mod:`aiozkconsumer.testing.plugin` is a pytest plugin (registered automatically via the
+  ``pytest11`` entry point) with the fixtures ``zk_kafka_cluster``, ``zk_client``,
+  ``unique_group_id`` and ``unique_topic``.
+"""
+
+from aiozkconsumer.testing.cluster import (
+    ClusterStartError,
+    ClusterState,
+    LocalCluster,
+    LocalClusterError,
+    ProduceError,
+)
+from aiozkconsumer.testing.provision import ProvisioningError, provision_kafka
+
+__all__ = [
+    "ClusterStartError",
+    "ClusterState",
+    "LocalCluster",
+    "LocalClusterError",
+    "ProduceError",
+    "ProvisioningError",
+    "provision_kafka",
+]

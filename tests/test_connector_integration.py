@@ -1,0 +1,231 @@
+"""The connector against a real ZooKeeper + Kafka 3.9 (LocalCluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from aiozkconsumer import (
+    ConnectorState,
+    ConsumerConfig,
+    MessageStreamsExistError,
+    ZookeeperConnectionError,
+    ZookeeperConsumerConnector,
+)
+from aiozkconsumer.assignors import AssignmentContext, range_assign
+from aiozkconsumer.records import TopicPartition
+from aiozkconsumer.stream import KafkaStream
+from aiozkconsumer.subscription import StaticTopicCount
+from aiozkconsumer.testing import LocalCluster
+from aiozkconsumer.zk import layout
+
+pytestmark = pytest.mark.integration
+
+
+def _config(cluster: LocalCluster, group: str, **kw: Any) -> ConsumerConfig:
+    kw.setdefault("auto_offset_reset", "smallest")
+    kw.setdefault("auto_commit_interval_ms", 500)
+    kw.setdefault("rebalance_backoff_ms", 500)
+    return ConsumerConfig(group_id=group, zookeeper_connect=cluster.zookeeper_connect, **kw)
+
+
+class Seen:
+    """(partition, offset) pairs handed out, with an event per growth."""
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[int, int]] = []
+        self.by_member: dict[int, set[int]] = {}
+        self._grew = anyio.Event()
+
+    def add(self, member: int, partition: int, offset: int) -> None:
+        self.pairs.append((partition, offset))
+        self.by_member.setdefault(member, set()).add(partition)
+        self._grew.set()
+        self._grew = anyio.Event()
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 60) -> None:
+        with anyio.fail_after(timeout):
+            while not predicate():
+                await self._grew.wait()
+
+
+async def _drain(stream: KafkaStream, member: int, seen: Seen) -> None:
+    async for msg in stream:
+        seen.add(member, msg.partition, msg.offset)
+
+
+async def _members_of(zk_client: Any, group: str) -> list[str]:
+    return sorted(await zk_client.get_children(layout.ids_dir(group)))
+
+
+async def _owners(zk_client: Any, group: str, topic: str) -> dict[int, str]:
+    owners_dir = layout.owners_dir(group, topic)
+    try:
+        children = await zk_client.get_children(owners_dir)
+    except Exception:  # noqa: BLE001 - no owners dir yet
+        return {}
+    result = {}
+    for child in children:
+        result[int(child)] = (await zk_client.get_data(f"{owners_dir}/{child}")).decode()
+    return result
+
+
+async def _wait_for(predicate: Callable[[], Any], timeout: float = 30) -> None:
+    """Poll ZooKeeper state (no event exists for another process's view)."""
+    with anyio.fail_after(timeout):
+        while not await predicate():
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def topic4(zk_kafka_cluster: LocalCluster, unique_topic: str) -> AsyncIterator[str]:
+    await zk_kafka_cluster.create_topic(unique_topic, 4)
+    records = [(b"k%d" % i, b"v%d" % i) for i in range(10_000)]
+    await zk_kafka_cluster.produce_to_partitions(
+        unique_topic, {p: records[p::4] for p in range(4)}
+    )
+    yield unique_topic
+
+
+async def test_group_of_two_reads_everything_and_commits_log_end(
+    zk_kafka_cluster: LocalCluster, topic4: str, unique_group_id: str, zk_client: Any
+) -> None:
+    group = unique_group_id
+    seen = Seen()
+    config = _config(zk_kafka_cluster, group)
+    async with (
+        ZookeeperConsumerConnector(config) as c0,
+        ZookeeperConsumerConnector(config) as c1,
+        anyio.create_task_group() as tg,
+    ):
+        for i, c in enumerate((c0, c1)):
+            streams = await c.create_message_streams({topic4: 1})
+            tg.start_soon(_drain, streams[topic4][0], i, seen)
+        await seen.wait_until(lambda: len(set(seen.pairs)) >= 10_000)
+        # Both members settled: the owner nodes equal the range plan over both members.
+        members = await _members_of(zk_client, group)
+        assert members == sorted([c0.consumer_id_string, c1.consumer_id_string])
+
+        async def settled() -> bool:
+            return all(c.state is ConnectorState.RUNNING for c in (c0, c1)) and len(
+                await _owners(zk_client, group, topic4)
+            ) == 4
+
+        await _wait_for(settled)
+        counts = {m: StaticTopicCount(m, {topic4: 1}) for m in members}
+        ctx = AssignmentContext.build(group, members[0], counts, {topic4: range(4)})
+        plan = range_assign(ctx)
+        expected = {
+            tp.partition: str(tid) for per in plan.values() for tp, tid in per.items()
+        }
+        assert await _owners(zk_client, group, topic4) == expected
+        assert set(c0.statistics().owned_partitions) | set(c1.statistics().owned_partitions) == {
+            TopicPartition(topic4, p) for p in range(4)
+        }
+        tg.cancel_scope.cancel()
+    # Every record was handed out (at least once), and nothing beyond the log.
+    assert set(seen.pairs) == {(p, o) for p in range(4) for o in range(2500)}
+    # After shutdown the committed offsets equal the log end offsets.
+    ends = await zk_kafka_cluster.log_end_offsets(topic4)
+    for p in range(4):
+        data = await zk_client.get_data(layout.offset_path(group, topic4, p))
+        assert layout.decode_offset(data) == ends[p] == 2500
+    # Sessions closed: registrations and owner nodes are gone.
+    assert await _members_of(zk_client, group) == []
+    assert await _owners(zk_client, group, topic4) == {}
+
+
+async def test_registration_json_is_the_originals(
+    zk_kafka_cluster: LocalCluster, topic4: str, unique_group_id: str, zk_client: Any
+) -> None:
+    config = _config(zk_kafka_cluster, unique_group_id, consumer_id="host-1-abc")
+    before = int(time.time() * 1000)
+    async with ZookeeperConsumerConnector(config) as c:
+        await c.create_message_streams({topic4: 2})
+        path = layout.ids_path(unique_group_id, f"{unique_group_id}_host-1-abc")
+        data, stat = await zk_client.get(path)
+        assert stat.ephemeral_owner == c.zk.session_id
+        text = data.decode()
+        m = re.fullmatch(
+            r'\{"version":1,"subscription":\{"%s":2\},"pattern":"static","timestamp":"(\d+)"\}'
+            % re.escape(topic4),
+            text,
+        )
+        assert m, text
+        assert before <= int(m.group(1)) <= int(time.time() * 1000)
+        owners = await _owners(zk_client, unique_group_id, topic4)
+        assert owners == {
+            0: f"{unique_group_id}_host-1-abc-0",
+            1: f"{unique_group_id}_host-1-abc-0",
+            2: f"{unique_group_id}_host-1-abc-1",
+            3: f"{unique_group_id}_host-1-abc-1",
+        }
+        assert json.loads(text)["subscription"] == {topic4: 2}
+
+
+async def test_member_joining_later_takes_over_its_share(
+    zk_kafka_cluster: LocalCluster, topic4: str, unique_group_id: str, zk_client: Any
+) -> None:
+    group = unique_group_id
+    seen = Seen()
+    config = _config(zk_kafka_cluster, group, queued_max_message_chunks=1, fetch_message_max_bytes=4096)
+    async with ZookeeperConsumerConnector(config) as first, anyio.create_task_group() as tg:
+        streams = await first.create_message_streams({topic4: 1})
+        assert len(first.statistics().owned_partitions) == 4
+        # Read slowly enough that the second member arrives before the end.
+        tg.start_soon(_drain, streams[topic4][0], 0, seen)
+        await seen.wait_until(lambda: len(seen.pairs) >= 100)
+        async with ZookeeperConsumerConnector(config) as second:
+            streams2 = await second.create_message_streams({topic4: 1})
+            tg.start_soon(_drain, streams2[topic4][0], 1, seen)
+
+            async def split() -> bool:
+                return (
+                    len(first.statistics().owned_partitions) == 2
+                    and len(second.statistics().owned_partitions) == 2
+                    and first.state is ConnectorState.RUNNING
+                )
+
+            await _wait_for(split)
+            owned2 = {tp.partition for tp in second.statistics().owned_partitions}
+            owners = await _owners(zk_client, group, topic4)
+            assert {p for p, o in owners.items() if o.startswith(second.consumer_id_string)} == owned2
+            assert first.statistics().rebalances[-1].reason.startswith("group members changed")
+            await seen.wait_until(lambda: len(set(seen.pairs)) >= 10_000)
+            assert seen.by_member[1] == owned2
+        tg.cancel_scope.cancel()
+    assert set(seen.pairs) == {(p, o) for p in range(4) for o in range(2500)}
+
+
+async def test_second_create_message_streams_raises(
+    zk_kafka_cluster: LocalCluster, topic4: str, unique_group_id: str
+) -> None:
+    async with ZookeeperConsumerConnector(_config(zk_kafka_cluster, unique_group_id)) as c:
+        await c.create_message_streams({topic4: 1})
+        with pytest.raises(MessageStreamsExistError):
+            await c.create_message_streams({topic4: 1})
+
+
+async def test_unreachable_zookeeper_fails_within_connection_timeout() -> None:
+    import socket
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = ConsumerConfig(
+        group_id="g",
+        zookeeper_connect=f"127.0.0.1:{port}",
+        zookeeper_connection_timeout_ms=1500,
+    )
+    t0 = time.monotonic()
+    with pytest.raises(ZookeeperConnectionError, match=f"127.0.0.1:{port}"):
+        async with ZookeeperConsumerConnector(config):
+            pass
+    assert time.monotonic() - t0 < 10  # bounded, not hanging (the limit is generous)
