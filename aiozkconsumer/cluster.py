@@ -89,8 +89,8 @@ async def read_partitions_for_topics(
     for topic in sorted(set(topics)):
         path = layout.topic_path(topic)
         data = await zk.get_data(path)
-        result[topic] = () if data is None else tuple(
-            sorted(layout.decode_topic_partitions(data, path))
+        result[topic] = (
+            () if data is None else tuple(sorted(layout.decode_topic_partitions(data, path)))
         )
     return result
 

@@ -33,7 +33,7 @@ from .errors import (
 )
 from .fetcher import FetcherManager
 from .offsets import ZookeeperOffsetStore
-from .rebalance import RebalanceRecord, Rebalancer
+from .rebalance import Rebalancer, RebalanceRecord
 from .records import PartitionTopicInfo, TopicPartition
 from .stream import SHUTDOWN_COMMAND, ChunkQueue, KafkaStream
 from .subscription import ConsumerThreadId, StaticTopicCount, TopicCount
@@ -152,7 +152,9 @@ class ZookeeperConsumerConnector:
 
     def __init__(self, config: ConsumerConfig) -> None:
         self.config = config
-        self.consumer_id_string = f"{config.group_id}_{config.consumer_id or generate_consumer_id()}"
+        self.consumer_id_string = (
+            f"{config.group_id}_{config.consumer_id or generate_consumer_id()}"
+        )
         self.zk = ZkClient(
             config.zookeeper_connect,
             session_timeout_ms=config.zookeeper_session_timeout_ms,
@@ -165,6 +167,7 @@ class ZookeeperConsumerConnector:
         self.listener: ConsumerRebalanceListener | None = None
         self.closing = False
         self._state = ConnectorState.NEW
+        self._state_changed = anyio.Event()
         self._last_error: BaseException | None = None
         self._topic_count: TopicCount | None = None
         self._streams: dict[str, list[KafkaStream]] = {}
@@ -184,6 +187,25 @@ class ZookeeperConsumerConnector:
     def state(self) -> ConnectorState:
         """The lifecycle state (see ``ConnectorState`` for what each allows)."""
         return self._state
+
+    def _set_state(self, state: ConnectorState) -> None:
+        self._state = state
+        self._state_changed.set()
+        self._state_changed = anyio.Event()
+
+    async def wait_for_state_change(self) -> ConnectorState:
+        """Wait until the lifecycle state changes (or is set again, e.g. after a rebalance).
+
+        Returns:
+            The new state.
+        """
+        await self._state_changed.wait()
+        return self._state
+
+    @property
+    def rebalance_pending(self) -> bool:
+        """Whether a rebalance was requested and has not started yet."""
+        return self._rebalance_requested.is_set()
 
     @property
     def task_group(self) -> Any:
@@ -206,16 +228,16 @@ class ZookeeperConsumerConnector:
             await self.shutdown()
         finally:
             tg, self._tg = self._tg, None
-            if tg is not None:
-                try:
-                    return await tg.__aexit__(exc_type, exc, tb)  # type: ignore[no-any-return]
-                except BaseExceptionGroup as group:
-                    # One background failure: raise it as itself, not wrapped in a group.
-                    errors = [e for e in group.exceptions if isinstance(e, ConsumerError)]
-                    if len(group.exceptions) == 1 and errors:
-                        raise errors[0] from group
-                    raise
-        return None
+        if tg is None:
+            return None
+        try:
+            return await tg.__aexit__(exc_type, exc, tb)  # type: ignore[no-any-return]
+        except BaseExceptionGroup as group:
+            # One background failure: raise it as itself, not wrapped in a group.
+            errors = [e for e in group.exceptions if isinstance(e, ConsumerError)]
+            if len(group.exceptions) == 1 and errors:
+                raise errors[0] from group
+            raise
 
     async def start(self) -> None:
         """Open the ZooKeeper session and start the connector's task group.
@@ -243,7 +265,7 @@ class ZookeeperConsumerConnector:
             await tg.__aexit__(None, None, None)
             await self.zk.close()
             raise
-        self._state = ConnectorState.CONNECTED
+        self._set_state(ConnectorState.CONNECTED)
 
     async def _supervise(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Host of every background task, in a cancel scope ``shutdown`` can cancel."""
@@ -271,7 +293,7 @@ class ZookeeperConsumerConnector:
         if self._state in (ConnectorState.CLOSING, ConnectorState.CLOSED, ConnectorState.NEW):
             return
         self.closing = True
-        self._state = ConnectorState.CLOSING
+        self._set_state(ConnectorState.CLOSING)
         try:
             with anyio.CancelScope(shield=True):
                 await self.fetcher.stop_connections()
@@ -283,7 +305,7 @@ class ZookeeperConsumerConnector:
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(30):
                 await self._final_cleanup()
-            self._state = ConnectorState.CLOSED
+            self._set_state(ConnectorState.CLOSED)
 
     async def _final_cleanup(self) -> None:
         for queue in self.queues():
@@ -355,7 +377,9 @@ class ZookeeperConsumerConnector:
                 self._queues[(topic, tid)] = queue
                 streams.append(
                     KafkaStream(
-                        queue, cfg.consumer_timeout_ms, cfg.effective_client_id,
+                        queue,
+                        cfg.consumer_timeout_ms,
+                        cfg.effective_client_id,
                         f"{topic}-{tid.thread_id}",
                     )
                 )
@@ -435,19 +459,19 @@ class ZookeeperConsumerConnector:
         async with self._rebalance_lock:
             if self.closing:
                 return
-            self._state = ConnectorState.REBALANCING
+            self._set_state(ConnectorState.REBALANCING)
             try:
                 await self._rebalancer.synced_rebalance(reason)
             except ConsumerRebalanceFailedError as e:
                 self._last_error = e
-                self._state = ConnectorState.REBALANCE_FAILED
+                self._set_state(ConnectorState.REBALANCE_FAILED)
                 if raise_on_failure:
                     raise
                 log.error("[%s] %s", self.consumer_id_string, e)
                 return
             if not self.closing:
                 self._last_error = None
-                self._state = ConnectorState.RUNNING
+                self._set_state(ConnectorState.RUNNING)
 
     async def _rebalance_worker(self) -> None:
         while True:
@@ -472,7 +496,9 @@ class ZookeeperConsumerConnector:
                 self.request_rebalance(f"group members changed ({len(members)} now)")
             last = members
 
-    async def _watch_topic(self, topic: str, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+    async def _watch_topic(
+        self, topic: str, *, task_status: Any = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         path = layout.topic_path(topic)
         started = False
         last: frozenset[int] | None = None
@@ -492,7 +518,9 @@ class ZookeeperConsumerConnector:
                 log.warning("[%s] ZooKeeper session %s", self.consumer_id_string, state)
                 continue
             if session_id is not None and self._registered_session not in (None, session_id):
-                log.warning("[%s] ZooKeeper session expired; re-registering", self.consumer_id_string)
+                log.warning(
+                    "[%s] ZooKeeper session expired; re-registering", self.consumer_id_string
+                )
                 await self._register()
                 self.request_rebalance("new ZooKeeper session")
             self._registered_session = session_id
@@ -543,5 +571,3 @@ class ZookeeperConsumerConnector:
             f"<ZookeeperConsumerConnector {self.consumer_id_string} [{self._state.value}, "
             f"{len(self.topic_registry)} partitions]>"
         )
-
-

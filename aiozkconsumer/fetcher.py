@@ -82,9 +82,7 @@ class ConsumerFetcher:
         config = self.manager.config
         ts = EARLIEST if config.auto_offset_reset == "smallest" else LATEST
         try:
-            offsets = await self.manager.kafka.list_offsets(
-                self.node_id, {p.tp: ts for p in ptis}
-            )
+            offsets = await self.manager.kafka.list_offsets(self.node_id, {p.tp: ts for p in ptis})
         except (BrokerNotAvailableError, UnknownTopicError) as e:
             log.warning("offset reset on broker %s failed: %s", self.node_id, e)
             self._remove_with_error(p.tp for p in ptis)
@@ -102,8 +100,12 @@ class ConsumerFetcher:
                     new,
                 )
             else:
-                log.info("no committed offset for %s; starting at %s (%s)",
-                         pti.tp, new, config.auto_offset_reset)
+                log.info(
+                    "no committed offset for %s; starting at %s (%s)",
+                    pti.tp,
+                    new,
+                    config.auto_offset_reset,
+                )
             pti.reset_offsets(new)
 
     async def run(self) -> None:
@@ -226,9 +228,7 @@ class FetcherManager:
         """Whether fetchers are running."""
         return self._scope is not None
 
-    async def start_connections(
-        self, ptis: Iterable[PartitionTopicInfo], task_group: Any
-    ) -> None:
+    async def start_connections(self, ptis: Iterable[PartitionTopicInfo], task_group: Any) -> None:
         """Start fetching ``ptis`` (all start in the no-leader set).
 
         Args:

@@ -81,6 +81,7 @@ class RebalanceRecord:
         succeeded: whether it ended owning its assignment.
         partitions: the partitions owned afterwards.
         reason: what triggered it.
+        members: the group's members (consumer id strings) the last attempt assigned over.
     """
 
     started_at: float
@@ -89,6 +90,7 @@ class RebalanceRecord:
     succeeded: bool
     partitions: tuple[TopicPartition, ...]
     reason: str
+    members: tuple[str, ...] = ()
 
 
 class Rebalancer:
@@ -101,6 +103,7 @@ class Rebalancer:
     def __init__(self, connector: ZookeeperConsumerConnector) -> None:
         self.c = connector
         self.history: list[RebalanceRecord] = []
+        self._members: tuple[str, ...] = ()
 
     async def synced_rebalance(self, reason: str) -> None:
         """Run up to ``rebalance.max.retries`` attempts (``syncedRebalance``).
@@ -118,7 +121,9 @@ class Rebalancer:
         for attempt in range(1, cfg.rebalance_max_retries + 1):
             if c.closing:
                 return
-            log.info("[%s] begin rebalancing (attempt %d, %s)", c.consumer_id_string, attempt, reason)
+            log.info(
+                "[%s] begin rebalancing (attempt %d, %s)", c.consumer_id_string, attempt, reason
+            )
             blocking: list[str] = []
             try:
                 done = await self._rebalance(blocking)
@@ -148,6 +153,7 @@ class Rebalancer:
             succeeded=ok,
             partitions=tuple(sorted(self.c.topic_registry)),
             reason=reason,
+            members=self._members,
         )
         self.history.append(rec)
         log.info(
@@ -216,6 +222,7 @@ class Rebalancer:
         await self._release()
 
         members = sorted(await zk.get_children(layout.ids_dir(group)) or [])
+        self._members = tuple(members)
         all_topics = await zk.get_children(layout.BROKER_TOPICS_PATH) or []
         topic_counts: dict[str, TopicCount] = {}
         for member in members:
@@ -230,7 +237,9 @@ class Rebalancer:
         if me not in topic_counts:
             raise ConsumerError(f"own registration of {me} vanished during rebalance")
         topics = {
-            t for tcount in topic_counts.values() for t in tcount.get_consumer_thread_ids_per_topic()
+            t
+            for tcount in topic_counts.values()
+            for t in tcount.get_consumer_thread_ids_per_topic()
         }
         partitions = await read_partitions_for_topics(zk, topics)
         assignment = plan_assignment(
@@ -286,7 +295,9 @@ class Rebalancer:
         created: list[str] = []
         for tp, thread_id in sorted(mine.items()):
             path = layout.owner_path(c.config.group_id, tp.topic, tp.partition)
-            if await c.zk.create_ephemeral_expect_conflict(path, layout.encode_owner(str(thread_id))):
+            if await c.zk.create_ephemeral_expect_conflict(
+                path, layout.encode_owner(str(thread_id))
+            ):
                 created.append(path)
             else:
                 log.info(

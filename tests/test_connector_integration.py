@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -50,15 +49,25 @@ class Seen:
         self._grew.set()
         self._grew = anyio.Event()
 
-    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 60) -> None:
-        with anyio.fail_after(timeout):
+    async def wait_until(self, predicate: Callable[[], bool], limit_s: float = 60) -> None:
+        with anyio.fail_after(limit_s):
             while not predicate():
                 await self._grew.wait()
 
 
-async def _drain(stream: KafkaStream, member: int, seen: Seen) -> None:
+async def _drain(
+    stream: KafkaStream,
+    member: int,
+    seen: Seen,
+    pause_after: int | None = None,
+    resume: anyio.Event | None = None,
+) -> None:
+    n = 0
     async for msg in stream:
         seen.add(member, msg.partition, msg.offset)
+        n += 1
+        if n == pause_after and resume is not None:
+            await resume.wait()  # stop reading: backpressure stops the fetcher too
 
 
 async def _members_of(zk_client: Any, group: str) -> list[str]:
@@ -69,7 +78,7 @@ async def _owners(zk_client: Any, group: str, topic: str) -> dict[int, str]:
     owners_dir = layout.owners_dir(group, topic)
     try:
         children = await zk_client.get_children(owners_dir)
-    except Exception:  # noqa: BLE001 - no owners dir yet
+    except Exception:
         return {}
     result = {}
     for child in children:
@@ -77,20 +86,37 @@ async def _owners(zk_client: Any, group: str, topic: str) -> dict[int, str]:
     return result
 
 
-async def _wait_for(predicate: Callable[[], Any], timeout: float = 30) -> None:
-    """Poll ZooKeeper state (no event exists for another process's view)."""
-    with anyio.fail_after(timeout):
-        while not await predicate():
-            await asyncio.sleep(0.05)
+def _settled(connectors: list[ZookeeperConsumerConnector]) -> bool:
+    """Every member is running its last rebalance, which saw exactly the current members."""
+    members = sorted(c.consumer_id_string for c in connectors)
+    for c in connectors:
+        rebalances = c.statistics().rebalances
+        if c.state is not ConnectorState.RUNNING or c.rebalance_pending or not rebalances:
+            return False
+        if sorted(rebalances[-1].members) != members:
+            return False
+    return True
+
+
+async def _wait_settled(connectors: list[ZookeeperConsumerConnector], limit_s: float = 60) -> None:
+    """Wait until the group settled, woken by every state change of a member."""
+    with anyio.fail_after(limit_s):
+        while not _settled(connectors):
+            async with anyio.create_task_group() as tg:
+
+                async def one(c: ZookeeperConsumerConnector) -> None:
+                    await c.wait_for_state_change()
+                    tg.cancel_scope.cancel()
+
+                for c in connectors:
+                    tg.start_soon(one, c)
 
 
 @pytest.fixture
 async def topic4(zk_kafka_cluster: LocalCluster, unique_topic: str) -> AsyncIterator[str]:
     await zk_kafka_cluster.create_topic(unique_topic, 4)
     records = [(b"k%d" % i, b"v%d" % i) for i in range(10_000)]
-    await zk_kafka_cluster.produce_to_partitions(
-        unique_topic, {p: records[p::4] for p in range(4)}
-    )
+    await zk_kafka_cluster.produce_to_partitions(unique_topic, {p: records[p::4] for p in range(4)})
     yield unique_topic
 
 
@@ -113,18 +139,11 @@ async def test_group_of_two_reads_everything_and_commits_log_end(
         members = await _members_of(zk_client, group)
         assert members == sorted([c0.consumer_id_string, c1.consumer_id_string])
 
-        async def settled() -> bool:
-            return all(c.state is ConnectorState.RUNNING for c in (c0, c1)) and len(
-                await _owners(zk_client, group, topic4)
-            ) == 4
-
-        await _wait_for(settled)
+        await _wait_settled([c0, c1])
         counts = {m: StaticTopicCount(m, {topic4: 1}) for m in members}
         ctx = AssignmentContext.build(group, members[0], counts, {topic4: range(4)})
         plan = range_assign(ctx)
-        expected = {
-            tp.partition: str(tid) for per in plan.values() for tp, tid in per.items()
-        }
+        expected = {tp.partition: str(tid) for per in plan.values() for tp, tid in per.items()}
         assert await _owners(zk_client, group, topic4) == expected
         assert set(c0.statistics().owned_partitions) | set(c1.statistics().owned_partitions) == {
             TopicPartition(topic4, p) for p in range(4)
@@ -153,11 +172,10 @@ async def test_registration_json_is_the_originals(
         data, stat = await zk_client.get(path)
         assert stat.ephemeral_owner == c.zk.session_id
         text = data.decode()
-        m = re.fullmatch(
-            r'\{"version":1,"subscription":\{"%s":2\},"pattern":"static","timestamp":"(\d+)"\}'
-            % re.escape(topic4),
-            text,
-        )
+        expected = (
+            r'\{"version":1,"subscription":\{"TOPIC":2\},"pattern":"static","timestamp":"(\d+)"\}'
+        ).replace("TOPIC", re.escape(topic4))
+        m = re.fullmatch(expected, text)
         assert m, text
         assert before <= int(m.group(1)) <= int(time.time() * 1000)
         owners = await _owners(zk_client, unique_group_id, topic4)
@@ -175,29 +193,28 @@ async def test_member_joining_later_takes_over_its_share(
 ) -> None:
     group = unique_group_id
     seen = Seen()
-    config = _config(zk_kafka_cluster, group, queued_max_message_chunks=1, fetch_message_max_bytes=4096)
+    config = _config(
+        zk_kafka_cluster, group, queued_max_message_chunks=1, fetch_message_max_bytes=4096
+    )
     async with ZookeeperConsumerConnector(config) as first, anyio.create_task_group() as tg:
         streams = await first.create_message_streams({topic4: 1})
         assert len(first.statistics().owned_partitions) == 4
-        # Read slowly enough that the second member arrives before the end.
-        tg.start_soon(_drain, streams[topic4][0], 0, seen)
+        # The first member reads 100 records and pauses until the second one has joined.
+        resume = anyio.Event()
+        tg.start_soon(_drain, streams[topic4][0], 0, seen, 100, resume)
         await seen.wait_until(lambda: len(seen.pairs) >= 100)
         async with ZookeeperConsumerConnector(config) as second:
             streams2 = await second.create_message_streams({topic4: 1})
             tg.start_soon(_drain, streams2[topic4][0], 1, seen)
-
-            async def split() -> bool:
-                return (
-                    len(first.statistics().owned_partitions) == 2
-                    and len(second.statistics().owned_partitions) == 2
-                    and first.state is ConnectorState.RUNNING
-                )
-
-            await _wait_for(split)
+            await _wait_settled([first, second])
+            assert len(first.statistics().owned_partitions) == 2
             owned2 = {tp.partition for tp in second.statistics().owned_partitions}
             owners = await _owners(zk_client, group, topic4)
-            assert {p for p, o in owners.items() if o.startswith(second.consumer_id_string)} == owned2
+            assert {
+                p for p, o in owners.items() if o.startswith(second.consumer_id_string)
+            } == owned2
             assert first.statistics().rebalances[-1].reason.startswith("group members changed")
+            resume.set()
             await seen.wait_until(lambda: len(set(seen.pairs)) >= 10_000)
             assert seen.by_member[1] == owned2
         tg.cancel_scope.cancel()

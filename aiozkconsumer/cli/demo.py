@@ -58,17 +58,31 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--zookeeper", help="use this ZooKeeper (host:port[/chroot]) instead of a local cluster")
+    p.add_argument(
+        "--zookeeper", help="use this ZooKeeper (host:port[/chroot]) instead of a local cluster"
+    )
     p.add_argument("--bootstrap-server", help="Kafka brokers of that cluster (host:port,...)")
-    p.add_argument("--records", type=int, default=1_000_000, help="records to produce (default: %(default)s)")
-    p.add_argument("--partitions", type=int, default=8, help="partitions of the topic (default: %(default)s)")
-    p.add_argument("--consumers", type=int, default=3, help="connectors in the group (default: %(default)s)")
-    p.add_argument("--streams", type=int, default=2, help="streams per connector (default: %(default)s)")
-    p.add_argument("--value-size", type=int, default=100, help="bytes per value (default: %(default)s)")
+    p.add_argument(
+        "--records", type=int, default=1_000_000, help="records to produce (default: %(default)s)"
+    )
+    p.add_argument(
+        "--partitions", type=int, default=8, help="partitions of the topic (default: %(default)s)"
+    )
+    p.add_argument(
+        "--consumers", type=int, default=3, help="connectors in the group (default: %(default)s)"
+    )
+    p.add_argument(
+        "--streams", type=int, default=2, help="streams per connector (default: %(default)s)"
+    )
+    p.add_argument(
+        "--value-size", type=int, default=100, help="bytes per value (default: %(default)s)"
+    )
     p.add_argument("--topic", help="topic name (default: a new unique one)")
     p.add_argument("--group", help="group id (default: a new unique one)")
     p.add_argument(
-        "--stall-timeout", type=float, default=120.0,
+        "--stall-timeout",
+        type=float,
+        default=120.0,
         help="give up when no new record arrives for this many seconds (default: %(default)s)",
     )
     p.add_argument("--no-progress", action="store_true", help="do not show progress bars")
@@ -176,8 +190,15 @@ def _records(i0: int, n: int, value_size: int) -> list[tuple[bytes | None, bytes
 async def _produce(cluster: Cluster, topic: str, args: argparse.Namespace) -> int:
     per_round = 50_000
     produced = 0
-    with tqdm(total=args.records, desc="produce", unit="rec", unit_scale=True,
-              disable=args.no_progress, file=sys.stderr, mininterval=1) as bar:
+    with tqdm(
+        total=args.records,
+        desc="produce",
+        unit="rec",
+        unit_scale=True,
+        disable=args.no_progress,
+        file=sys.stderr,
+        mininterval=1,
+    ) as bar:
         for start in range(0, args.records, per_round):
             n = min(per_round, args.records - start)
             records = _records(start, n, args.value_size)
@@ -189,7 +210,9 @@ async def _produce(cluster: Cluster, topic: str, args: argparse.Namespace) -> in
     return produced
 
 
-async def _read_committed(zk_connect: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+async def _read_committed(
+    zk_connect: str, group: str, topic: str, partitions: int
+) -> dict[int, int]:
     zk = ZkClient(zk_connect)
     await zk.start()
     try:
@@ -223,24 +246,35 @@ async def run_demo(cluster: Cluster, args: argparse.Namespace) -> DemoResult:
     )
     stops = [anyio.Event() for _ in range(args.consumers)]
     connectors: list[ZookeeperConsumerConnector] = []
-    bar = None if args.no_progress else tqdm(
-        total=tracker.total, desc="consume", unit="rec", unit_scale=True, file=sys.stderr,
-        mininterval=1,
+    bar = (
+        None
+        if args.no_progress
+        else tqdm(
+            total=tracker.total,
+            desc="consume",
+            unit="rec",
+            unit_scale=True,
+            file=sys.stderr,
+            mininterval=1,
+        )
     )
     stalled = False
     try:
         async with anyio.create_task_group() as tg:
             for i in range(args.consumers):
-                tg.start_soon(_member, i, config, topic, args.streams, tracker, stops[i], bar,
-                              connectors)
+                tg.start_soon(
+                    _member, i, config, topic, args.streams, tracker, stops[i], bar, connectors
+                )
             stopped_one = args.consumers < 2
             while tracker.distinct < tracker.total:
                 with anyio.move_on_after(1):
                     await tracker.changed.wait()
                 if not stopped_one and tracker.distinct >= tracker.total // 2:
                     stopped_one = True
-                    _say(f"stopping member {args.consumers - 1} at {tracker.distinct:,} records "
-                         "to force a rebalance")
+                    _say(
+                        f"stopping member {args.consumers - 1} at {tracker.distinct:,} records "
+                        "to force a rebalance"
+                    )
                     stops[-1].set()
                 if time.monotonic() - tracker.last > args.stall_timeout:
                     stalled = True
@@ -363,8 +397,10 @@ async def _cluster(args: argparse.Namespace) -> AsyncIterator[Cluster]:
     _say("starting a local ZooKeeper + Kafka 3.9 cluster (first run downloads the jars) ...")
     t0 = time.monotonic()
     async with LocalCluster() as cluster:
-        _say(f"cluster up in {time.monotonic() - t0:.1f} s: ZooKeeper {cluster.zookeeper_connect}, "
-             f"Kafka {cluster.bootstrap_servers}")
+        _say(
+            f"cluster up in {time.monotonic() - t0:.1f} s: ZooKeeper {cluster.zookeeper_connect}, "
+            f"Kafka {cluster.bootstrap_servers}"
+        )
         yield cluster
 
 

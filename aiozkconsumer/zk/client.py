@@ -160,7 +160,7 @@ class ZkClient:
         try:
             with anyio_shield():
                 await asyncio.wait_for(self._zk.close(), timeout_s)
-        except BaseException as e:  # noqa: BLE001 - close must not fail
+        except BaseException as e:
             log.debug("ZooKeeper close did not finish cleanly: %r", e)
             await self._abort()
 
@@ -298,7 +298,10 @@ class ZkClient:
             return await self.get_data(path) == data
 
     async def set_or_create(self, path: str, data: bytes) -> None:
-        """Write a persistent node, creating it (and parents) if missing (``updatePersistentPath``)."""
+        """Write a persistent node, creating it and its parents if missing.
+
+        As ``ZkUtils.updatePersistentPath``.
+        """
         try:
             await self._call(path, self._zk.set(path, data, -1))
         except ZookeeperError as e:
@@ -418,8 +421,7 @@ class ZkClient:
     def __repr__(self) -> str:
         sid = self.session_id
         return (
-            f"<ZkClient {self.connect} [{self.state}, session "
-            f"{'-' if sid is None else hex(sid)}]>"
+            f"<ZkClient {self.connect} [{self.state}, session {'-' if sid is None else hex(sid)}]>"
         )
 
 

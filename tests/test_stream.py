@@ -1,0 +1,121 @@
+"""ConsumerIterator semantics, on real record batches built with aiokafka (no servers)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.memory_records import MemoryRecords
+
+from aiozkconsumer.errors import ConsumerTimeoutError, MessageSizeTooLargeError
+from aiozkconsumer.records import FetchedDataChunk, PartitionTopicInfo
+from aiozkconsumer.stream import SHUTDOWN_COMMAND, ChunkQueue, KafkaStream
+
+
+def batch(base_offset: int, n: int, *, ts: int = 1_700_000_000_000) -> object:
+    """One magic-2 record batch holding offsets base_offset .. base_offset + n - 1."""
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for i in range(n):
+        builder.append(
+            i, ts + i, b"k%d" % (base_offset + i), b"v%d" % (base_offset + i), [("h", b"x")]
+        )
+    raw = bytearray(builder.build())
+    raw[0:8] = struct.pack(">q", base_offset)  # the broker assigns the base offset
+    records = MemoryRecords(bytes(raw))
+    b = records.next_batch()
+    assert b is not None and not records.has_next()
+    return b
+
+
+def pti(queue: ChunkQueue, consumed: int = 0, partition: int = 0) -> PartitionTopicInfo:
+    return PartitionTopicInfo("t", partition, queue, consumed, consumed, 1 << 20, "c")
+
+
+async def take(stream: KafkaStream, n: int) -> list[tuple[int, int]]:
+    it = stream.__aiter__()
+    return [((m := await it.__anext__()).partition, m.offset) for _ in range(n)]
+
+
+async def test_records_in_order_and_consumed_offset_advances() -> None:
+    queue: ChunkQueue = ChunkQueue(maxsize=2)
+    info = pti(queue)
+    stream = KafkaStream(queue, -1, "c", "t-0")
+    queue.put_nowait(FetchedDataChunk([batch(0, 3), batch(3, 2)], info, 0))
+    it = stream.__aiter__()
+    msg = await it.__anext__()
+    assert (msg.topic, msg.partition, msg.offset, msg.key, msg.value) == ("t", 0, 0, b"k0", b"v0")
+    assert msg.timestamp == 1_700_000_000_000 and msg.timestamp_type == 0
+    assert msg.headers == (("h", b"x"),)
+    # The position advances when a record is handed out: next offset to read.
+    assert info.consumed_offset == 1
+    assert [m[1] for m in await take(stream, 4)] == [1, 2, 3, 4]
+    assert info.consumed_offset == 5
+
+
+async def test_records_below_consumed_offset_are_skipped() -> None:
+    queue: ChunkQueue = ChunkQueue(maxsize=2)
+    info = pti(queue, consumed=7)
+    stream = KafkaStream(queue, -1, "c", "t-0")
+    # A fetch at 7 may return the whole batch starting at 5 (compressed wrappers do).
+    queue.put_nowait(FetchedDataChunk([batch(5, 5)], info, 7))
+    assert [o for _, o in await take(stream, 3)] == [7, 8, 9]
+
+
+async def test_consumer_timeout_raises_and_iterator_stays_usable() -> None:
+    queue: ChunkQueue = ChunkQueue(maxsize=2)
+    info = pti(queue)
+    stream = KafkaStream(queue, 50, "c", "t-0")
+    it = stream.__aiter__()
+    with pytest.raises(ConsumerTimeoutError):
+        await it.__anext__()
+    queue.put_nowait(FetchedDataChunk([batch(0, 1)], info, 0))
+    assert (await it.__anext__()).offset == 0
+
+
+async def test_shutdown_command_ends_iteration() -> None:
+    queue: ChunkQueue = ChunkQueue(maxsize=2)
+    info = pti(queue)
+    stream = KafkaStream(queue, -1, "c", "t-0")
+    queue.put_nowait(FetchedDataChunk([batch(0, 2)], info, 0))
+    queue.put_nowait(SHUTDOWN_COMMAND)
+    got = [m.offset async for m in stream]
+    assert got == [0, 1]
+    # Ended for good: iterating again stops at once.
+    assert [m async for m in stream] == []
+
+
+async def test_released_partition_is_not_handed_out() -> None:
+    queue: ChunkQueue = ChunkQueue(maxsize=3)
+    released, kept = pti(queue, partition=0), pti(queue, partition=1)
+    stream = KafkaStream(queue, 100, "c", "t-0")
+    queue.put_nowait(FetchedDataChunk([batch(0, 3)], released, 0))
+    queue.put_nowait(FetchedDataChunk([batch(0, 1)], kept, 0))
+    it = stream.__aiter__()
+    assert (await it.__anext__()).partition == 0
+    released.active = False  # a rebalance released it while its chunk was being iterated
+    msg = await it.__anext__()
+    assert (msg.partition, msg.offset) == (1, 0)
+    assert released.consumed_offset == 1
+
+
+async def test_too_large_chunk_raises_message_size_too_large() -> None:
+    queue: ChunkQueue = ChunkQueue(maxsize=2)
+    info = pti(queue, consumed=42)
+    stream = KafkaStream(queue, 100, "c", "t-0")
+    queue.put_nowait(FetchedDataChunk((), info, 42, too_large=True))
+    with pytest.raises(MessageSizeTooLargeError, match="partition 0 at fetch offset 42"):
+        await stream.__aiter__().__anext__()
+
+
+async def test_blocked_reader_applies_backpressure() -> None:
+    queue: ChunkQueue = ChunkQueue(maxsize=1)
+    info = pti(queue)
+    queue.put_nowait(FetchedDataChunk([batch(0, 1)], info, 0))
+    put = asyncio.ensure_future(queue.put(FetchedDataChunk([batch(1, 1)], info, 1)))
+    await asyncio.sleep(0)
+    assert not put.done()  # a full queue holds the fetcher
+    stream = KafkaStream(queue, -1, "c", "t-0")
+    assert [o for _, o in await take(stream, 2)] == [0, 1]
+    await put
