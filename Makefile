@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 jars: $(STAMP)
-	$(PY) -m aiozkconsumer.testing.provision
+	$(VENV)/bin/aiozkconsumer provision
 
 demo: jars
 	$(VENV)/bin/aiozkconsumer demo

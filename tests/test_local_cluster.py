@@ -214,8 +214,8 @@ def test_provisioning_is_idempotent(monkeypatch: pytest.MonkeyPatch) -> None:
     def forbidden(*args: object, **kwargs: object) -> None:
         raise AssertionError("provision_kafka ran a tool although the cache is complete")
 
-    monkeypatch.setattr(provision_module.subprocess, "Popen", forbidden)
-    monkeypatch.setattr(provision_module.shutil, "which", forbidden)
+    monkeypatch.setattr(subprocess, "Popen", forbidden)
+    monkeypatch.setattr(shutil, "which", forbidden)
     assert provision_kafka(quiet=True) == home
     assert sorted(p.name for p in (home / "libs").glob("*.jar")) == libs
 
@@ -225,7 +225,7 @@ def test_provisioning_without_maven_says_what_to_install(
 ) -> None:
     real_which = shutil.which
     monkeypatch.setattr(
-        provision_module.shutil,
+        shutil,
         "which",
         lambda name, *a, **kw: None if name == "mvn" else real_which(name, *a, **kw),
     )

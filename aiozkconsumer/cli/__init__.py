@@ -3,6 +3,7 @@
 Subcommands:
 
 - ``demo``: the end-to-end demonstration on a local (or given) cluster.
+- ``provision``: fetch the Kafka/ZooKeeper jars the local cluster runs (Maven, cached).
 """
 
 from __future__ import annotations
@@ -31,7 +32,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo.add_parser(sub)
+    p = sub.add_parser(
+        "provision",
+        help="fetch the Kafka 3.9 / ZooKeeper jars for LocalCluster into the cache",
+        description="Resolve the pinned Kafka 3.9 runtime with Maven into the jar cache "
+        "(~/.cache/aiozkconsumer, or $AIOZKCONSUMER_CACHE). Does nothing when cached.",
+    )
+    p.add_argument(
+        "--cache-dir",
+        help="cache directory (default: $AIOZKCONSUMER_CACHE or ~/.cache/aiozkconsumer)",
+    )
+    p.set_defaults(func=_provision)
     return parser
+
+
+def _provision(args: argparse.Namespace) -> int:
+    from ..testing.provision import main as provision_main
+
+    return provision_main(["--cache-dir", args.cache_dir] if args.cache_dir else [])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

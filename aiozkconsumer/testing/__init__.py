@@ -8,16 +8,25 @@
 - :mod:`aiozkconsumer.testing.plugin` is a pytest plugin (registered automatically via the
   ``pytest11`` entry point) with the fixtures ``zk_kafka_cluster``, ``zk_client``,
   ``unique_group_id`` and ``unique_topic``.
+
+The names are imported lazily, so that ``python -m aiozkconsumer.testing.provision`` runs
+the module once, as ``__main__`` (and importing the package stays cheap).
 """
 
-from aiozkconsumer.testing.cluster import (
-    ClusterStartError,
-    ClusterState,
-    LocalCluster,
-    LocalClusterError,
-    ProduceError,
-)
-from aiozkconsumer.testing.provision import ProvisioningError, provision_kafka
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiozkconsumer.testing.cluster import (
+        ClusterStartError,
+        ClusterState,
+        LocalCluster,
+        LocalClusterError,
+        ProduceError,
+    )
+    from aiozkconsumer.testing.provision import ProvisioningError, provision_kafka
 
 __all__ = [
     "ClusterStartError",
@@ -28,3 +37,26 @@ __all__ = [
     "ProvisioningError",
     "provision_kafka",
 ]
+
+_WHERE = {
+    "ClusterStartError": "cluster",
+    "ClusterState": "cluster",
+    "LocalCluster": "cluster",
+    "LocalClusterError": "cluster",
+    "ProduceError": "cluster",
+    "ProvisioningError": "provision",
+    "provision_kafka": "provision",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

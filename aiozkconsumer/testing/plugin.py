@@ -143,8 +143,10 @@ def unique_topic(request: pytest.FixtureRequest) -> str:
 async def _zk_client(zk_kafka_cluster: LocalCluster) -> AsyncIterator[Any]:
     """A started aiozk ``ZKClient`` on the session cluster, closed after the test.
 
-    Created in the test's event loop; closing is bounded (10 s) and forced if ZooKeeper
-    is gone (e.g. after ``stop_zookeeper()``).
+    Created in the event loop of pytest-asyncio's default fixture loop scope
+    (``asyncio_default_fixture_loop_scope``, normally the test's own loop); a test running
+    in another loop scope should open its own client. Closing is bounded (10 s) and forced
+    if the session is not connected (e.g. ZooKeeper was stopped).
 
     Yields:
         The connected ``aiozk.ZKClient`` (session timeout 10 s).

@@ -153,6 +153,7 @@ def _run_maven(mvn: str, output_dir: Path, *, quiet: bool) -> None:
     cmd = [
         mvn,
         "-B",
+        "-Dstyle.color=never",
         "-q" if quiet else "-ntp",
         "-f",
         str(POM_PATH),
