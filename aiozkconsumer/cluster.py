@@ -161,6 +161,42 @@ class KafkaClient:
             self._client.set_topics(tracked | wanted)
         return bool(await self._client.force_metadata_update())
 
+    async def all_topics(self) -> set[str]:
+        """Every topic in the cluster, from a fresh metadata request.
+
+        Raises:
+            NoBrokersError: no broker answered.
+        """
+        try:
+            md = await self._client.fetch_all_metadata()
+        except kafka_errors.KafkaError as e:
+            raise NoBrokersError(
+                f"no broker of {self.bootstrap_servers!r} answered a metadata request: {e}"
+            ) from e
+        return set(md.topics())
+
+    async def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        """Number of partitions of each topic (0 for an unknown topic), from fresh metadata.
+
+        Raises:
+            NoBrokersError: no broker answered.
+        """
+        topics = sorted(set(topics))
+        if topics and not await self.refresh_metadata(topics):
+            raise NoBrokersError(f"no broker of {self.bootstrap_servers!r} answered")
+        return {t: len(self.partitions_for(t) or ()) for t in topics}
+
+    async def partitions_for_topics(self, topics: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """Sorted partition ids of each topic (empty for an unknown topic), from fresh metadata.
+
+        Raises:
+            NoBrokersError: no broker answered.
+        """
+        topics = sorted(set(topics))
+        if topics and not await self.refresh_metadata(topics):
+            raise NoBrokersError(f"no broker of {self.bootstrap_servers!r} answered")
+        return {t: tuple(sorted(self.partitions_for(t) or ())) for t in topics}
+
     def leader_for(self, tp: TopicPartition) -> int | None:
         """The leader's broker id, or ``None`` when unknown or unavailable."""
         leader = self._client.cluster.leader_for_partition(

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
@@ -27,6 +28,7 @@ from .errors import (
     ConsumerError,
     ConsumerRebalanceFailedError,
     InvalidConfigError,
+    MalformedZookeeperDataError,
     MessageStreamsExistError,
     NoBrokersError,
     ZookeeperError,
@@ -34,9 +36,15 @@ from .errors import (
 from .fetcher import FetcherManager
 from .offsets import ZookeeperOffsetStore
 from .rebalance import Rebalancer, RebalanceRecord
-from .records import PartitionTopicInfo, TopicPartition
-from .stream import SHUTDOWN_COMMAND, ChunkQueue, KafkaStream
-from .subscription import ConsumerThreadId, StaticTopicCount, TopicCount
+from .records import OwnershipGate, PartitionTopicInfo, TopicPartition
+from .stream import SHUTDOWN_COMMAND, ChunkQueue, Decoder, KafkaStream
+from .subscription import (
+    ConsumerThreadId,
+    StaticTopicCount,
+    TopicCount,
+    TopicFilter,
+    WildcardTopicCount,
+)
 from .zk import layout
 from .zk.client import ZkClient
 
@@ -110,6 +118,8 @@ class ConnectorStatistics:
         owned_partitions: partitions owned now, sorted.
         consumed_offsets: next offset to hand out, per owned partition.
         rebalances: every rebalance so far, oldest first.
+        failed_rebalance_attempts: attempts that failed (a conflict, an error) so far.
+        session_id: the ZooKeeper session id (``None`` before the first session).
         zookeeper_commits: offset nodes written so far.
         last_error: the last rebalance failure, if the state is ``REBALANCE_FAILED``.
     """
@@ -119,8 +129,25 @@ class ConnectorStatistics:
     owned_partitions: tuple[TopicPartition, ...]
     consumed_offsets: Mapping[TopicPartition, int]
     rebalances: tuple[RebalanceRecord, ...]
+    failed_rebalance_attempts: int
+    session_id: int | None
     zookeeper_commits: int
     last_error: BaseException | None
+
+
+METADATA_REFRESH_MS = 5000
+"""How often a consumer on a KRaft cluster (metadata from Kafka) re-reads topics and partition
+counts; ZooKeeper-mode clusters are followed with watches instead."""
+
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def _check_topic_name(topic: str) -> None:
+    if not isinstance(topic, str) or not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise InvalidConfigError(
+            "topic_count_map",
+            f"illegal topic name {topic!r}: 1-249 of ASCII alphanumerics, '.', '_' and '-'",
+        )
 
 
 def generate_consumer_id() -> str:
@@ -177,6 +204,13 @@ class ZookeeperConsumerConnector:
         self._rebalance_requested = anyio.Event()
         self._pending_reason = ""
         self._tg: Any = None
+        self.gate = OwnershipGate()
+        self._wildcard_queues: list[ChunkQueue] = []
+        self._watched_topics: set[str] = set()
+        self._registered_session: int | None = None
+        self._session_replaced = False
+        self._metadata_from_kafka: bool | None = None
+        self._watching_broker_ids = False
         self._bg_tg: Any = None
         self._bg_scope: anyio.CancelScope | None = None
         self._bg_done: anyio.Event | None = None
@@ -338,7 +372,11 @@ class ZookeeperConsumerConnector:
         self.listener = listener
 
     async def create_message_streams(
-        self, topic_count_map: Mapping[str, int]
+        self,
+        topic_count_map: Mapping[str, int],
+        *,
+        key_decoder: Decoder | None = None,
+        value_decoder: Decoder | None = None,
     ) -> dict[str, list[KafkaStream]]:
         """Subscribe to topics and return their streams, after the first rebalance.
 
@@ -347,55 +385,134 @@ class ZookeeperConsumerConnector:
         the first rebalance before returning.
 
         Args:
-            topic_count_map: ``{topic: number of streams}``; each count >= 1.
+            topic_count_map: ``{topic: number of streams}``; each count >= 1. An empty map
+                registers a member that subscribes to nothing (and so takes nothing).
+            key_decoder: applied to each non-null key as a record is handed out.
+            value_decoder: applied to each non-null value likewise.
 
         Returns:
             ``{topic: [KafkaStream, ...]}``, one stream per thread index.
 
         Raises:
             MessageStreamsExistError: streams were already created on this connector.
-            InvalidConfigError: an empty map, or a count below 1.
+            InvalidConfigError: a count below 1, or an illegal topic name.
             ConsumerClosedError: the connector is not started or is closed.
             ConsumerRebalanceFailedError: the first rebalance failed
                 ``rebalance.max.retries`` times.
             ZookeeperNodeExistsError: another live session registered the same consumer id.
             ZookeeperConnectionError: ZooKeeper became unreachable.
         """
+        self._check_can_subscribe()
+        for topic in topic_count_map:
+            _check_topic_name(topic)
+        topic_count = StaticTopicCount(self.consumer_id_string, dict(topic_count_map))
+        self._topic_count = topic_count
+        for topic, ids in sorted(topic_count.get_consumer_thread_ids_per_topic().items()):
+            streams = []
+            for tid in sorted(ids, key=lambda t: t.thread_id):
+                queue = self._new_queue()
+                self._queues[(topic, tid)] = queue
+                streams.append(
+                    self._new_stream(queue, f"{topic}-{tid.thread_id}", key_decoder, value_decoder)
+                )
+            self._streams[topic] = streams
+        await self._subscribe(sorted(topic_count_map))
+        return {topic: list(streams) for topic, streams in self._streams.items()}
+
+    async def create_message_streams_by_filter(
+        self,
+        topic_filter: TopicFilter,
+        num_streams: int = 1,
+        *,
+        key_decoder: Decoder | None = None,
+        value_decoder: Decoder | None = None,
+    ) -> list[KafkaStream]:
+        """Subscribe to every topic a ``Whitelist`` / ``Blacklist`` allows, now and later.
+
+        As ``createMessageStreamsByFilter`` (0.10.2, ``WildcardStreamsHandler``): the
+        ``num_streams`` streams are shared by all matching topics (thread ``i`` of every topic
+        feeds stream ``i``); ``/brokers/topics`` is watched, and a new matching topic is
+        consumed without a restart (each member sees it through its own watch, as the
+        original). Internal topics are left out while ``exclude.internal.topics`` is true.
+
+        Args:
+            topic_filter: ``Whitelist(regex)`` or ``Blacklist(regex)``.
+            num_streams: streams to create, >= 1.
+            key_decoder: applied to each non-null key as a record is handed out.
+            value_decoder: applied to each non-null value likewise.
+
+        Returns:
+            The ``num_streams`` streams.
+
+        Raises:
+            MessageStreamsExistError: streams were already created on this connector.
+            InvalidConfigError: ``num_streams`` < 1.
+            ConsumerClosedError, ConsumerRebalanceFailedError, ZookeeperNodeExistsError,
+            ZookeeperConnectionError: as ``create_message_streams``.
+        """
+        self._check_can_subscribe()
+        all_topics = await self._all_topics()
+        topic_count = WildcardTopicCount(
+            self.consumer_id_string,
+            topic_filter,
+            num_streams,
+            all_topics,
+            self.config.exclude_internal_topics,
+        )
+        self._topic_count = topic_count
+        streams = []
+        for i in range(num_streams):
+            queue = self._new_queue()
+            self._wildcard_queues.append(queue)
+            streams.append(
+                self._new_stream(queue, f"{topic_filter}-{i}", key_decoder, value_decoder)
+            )
+        self._streams[str(topic_filter)] = streams
+        await self._subscribe(topic_count.allowed_topics(), wildcard=True)
+        return list(streams)
+
+    def _check_can_subscribe(self) -> None:
         if self._topic_count is not None:
             raise MessageStreamsExistError("can create message streams at most once")
         if self._state is not ConnectorState.CONNECTED:
             raise ConsumerClosedError(f"cannot create streams: connector is {self._state.value}")
-        if not topic_count_map:
-            raise InvalidConfigError("topic_count_map", "subscribe to at least one topic")
-        topic_count = StaticTopicCount(self.consumer_id_string, dict(topic_count_map))
-        self._topic_count = topic_count
-        cfg = self.config
-        for topic, ids in sorted(topic_count.get_consumer_thread_ids_per_topic().items()):
-            streams = []
-            for tid in sorted(ids, key=lambda t: t.thread_id):
-                queue: ChunkQueue = ChunkQueue(maxsize=cfg.queued_max_message_chunks)
-                self._queues[(topic, tid)] = queue
-                streams.append(
-                    KafkaStream(
-                        queue,
-                        cfg.consumer_timeout_ms,
-                        cfg.effective_client_id,
-                        f"{topic}-{tid.thread_id}",
-                    )
-                )
-            self._streams[topic] = streams
 
+    def _new_queue(self) -> ChunkQueue:
+        return ChunkQueue(maxsize=self.config.queued_max_message_chunks)
+
+    def _new_stream(
+        self,
+        queue: ChunkQueue,
+        name: str,
+        key_decoder: Decoder | None,
+        value_decoder: Decoder | None,
+    ) -> KafkaStream:
+        cfg = self.config
+        return KafkaStream(
+            queue,
+            cfg.consumer_timeout_ms,
+            cfg.effective_client_id,
+            name,
+            key_decoder,
+            value_decoder,
+        )
+
+    async def _subscribe(self, topics: Iterable[str], *, wildcard: bool = False) -> None:
+        """Register, start the watches, run the first rebalance, start the workers."""
         await self._register()
         tg = self.task_group
         await tg.start(self._watch_group)
-        for topic in sorted(topic_count_map):
-            await tg.start(self._watch_topic, topic)
+        for topic in topics:
+            await self._start_topic_watch(topic)
+        if wildcard:
+            await tg.start(self._watch_topic_list)
+        if await self.metadata_from_kafka():
+            tg.start_soon(self._watch_partitions_by_metadata)
         tg.start_soon(self._watch_session)
         await self._run_rebalance("initial subscription", raise_on_failure=True)
         tg.start_soon(self._rebalance_worker)
-        if cfg.auto_commit_enable:
+        if self.config.auto_commit_enable:
             tg.start_soon(self._auto_commit)
-        return {topic: list(streams) for topic, streams in self._streams.items()}
 
     def streams(self) -> list[KafkaStream]:
         """Every stream created so far."""
@@ -403,21 +520,48 @@ class ZookeeperConsumerConnector:
 
     def queues(self) -> list[ChunkQueue]:
         """Every stream queue (distinct)."""
-        return list(self._queues.values())
+        return list(self._queues.values()) + list(self._wildcard_queues)
 
     def queue_for(self, topic: str, thread_id: ConsumerThreadId) -> ChunkQueue:
-        """The queue of a (topic, thread id)."""
+        """The queue of a (topic, thread id); a wildcard's thread ``i`` feeds stream ``i``."""
+        if self._wildcard_queues:
+            return self._wildcard_queues[thread_id.thread_id]
         return self._queues[(topic, thread_id)]
 
+    @property
+    def topic_count(self) -> TopicCount | None:
+        """This member's subscription (``None`` before streams exist)."""
+        return self._topic_count
+
     async def _register(self) -> None:
+        """Write our registration node (``registerConsumerInZK``), as a checked ephemeral."""
         assert self._topic_count is not None
-        tc = self._topic_count
-        data = layout.encode_registration(
-            tc.get_topic_count_map(), tc.pattern, int(time.time() * 1000)
-        )
+        data = self._topic_count.encode_registration(int(time.time() * 1000))
         path = layout.ids_path(self.config.group_id, self.consumer_id_string)
         await self.zk.create_ephemeral_checked(path, data)
+        self._registered_session = self.zk.session_id
         log.info("[%s] registered at %s", self.consumer_id_string, path)
+
+    async def _all_topics(self) -> list[str]:
+        """Topic names from ``/brokers/topics``, or from Kafka metadata on a KRaft cluster."""
+        if await self.metadata_from_kafka():
+            kafka = await self.ensure_kafka()
+            return sorted(await kafka.all_topics())
+        return sorted(await self.zk.get_children(layout.BROKER_TOPICS_PATH) or [])
+
+    async def metadata_from_kafka(self) -> bool:
+        """Whether brokers and partitions come from Kafka metadata (``cluster.metadata.source``).
+
+        ``auto`` picks Kafka metadata when ZooKeeper has no registered broker (a KRaft
+        cluster) and ``bootstrap.servers`` is set.
+        """
+        source = self.config.cluster_metadata_source
+        if source != "auto":
+            return source == "kafka"
+        if self._metadata_from_kafka is None:
+            has_brokers = bool(await self.zk.get_children(layout.BROKER_IDS_PATH))
+            self._metadata_from_kafka = not has_brokers and bool(self.config.bootstrap_servers)
+        return self._metadata_from_kafka
 
     # -- kafka ---------------------------------------------------------------------------
 
@@ -461,8 +605,10 @@ class ZookeeperConsumerConnector:
                 return
             self._set_state(ConnectorState.REBALANCING)
             try:
+                if self._session_replaced:
+                    await self._handle_new_session()
                 await self._rebalancer.synced_rebalance(reason)
-            except ConsumerRebalanceFailedError as e:
+            except (ConsumerRebalanceFailedError, ZookeeperError) as e:
                 self._last_error = e
                 self._set_state(ConnectorState.REBALANCE_FAILED)
                 if raise_on_failure:
@@ -473,6 +619,27 @@ class ZookeeperConsumerConnector:
                 self._last_error = None
                 self._set_state(ConnectorState.RUNNING)
 
+    async def _handle_new_session(self) -> None:
+        """After an expiry: drop ownership without committing, register again.
+
+        As ``ZKSessionExpireListener.handleNewSession`` (0.10.2): the old session's ephemeral
+        nodes are gone, so another member may own our partitions already; offsets consumed
+        since the last commit are not committed (the original's ``resetState``).
+        """
+        await self.fetcher.stop_connections()
+        for pti in self.topic_registry.values():
+            pti.active = False
+        self.offset_store.forget(self.topic_registry)
+        self.topic_registry = {}
+        for queue in self.queues():
+            while not queue.empty():
+                queue.get_nowait()
+        for stream in self.streams():
+            stream.clear()
+        await self._register()
+        self._session_replaced = False
+        self.gate.reopen()
+
     async def _rebalance_worker(self) -> None:
         while True:
             await self._rebalance_requested.wait()
@@ -480,52 +647,179 @@ class ZookeeperConsumerConnector:
             reason, self._pending_reason = self._pending_reason, ""
             await self._run_rebalance(reason or "triggered", raise_on_failure=False)
 
+    def rebalance_attempt_failed(self) -> None:
+        """Called by the rebalancer after a failed attempt: wakes ``wait_for_state_change``."""
+        self._set_state(self._state)
+
     def owned_partitions_changed(self) -> None:
         """Called by the rebalancer after the registry changed (metrics hook)."""
 
+    async def _resilient(self, what: str, body: Callable[[], Awaitable[None]]) -> None:
+        """Run a watch loop, restarting it after ZooKeeper connection loss or expiry."""
+        while True:
+            try:
+                await body()
+                return
+            except ZookeeperError as e:
+                log.info(
+                    "[%s] %s interrupted (%s); resuming when connected",
+                    self.consumer_id_string,
+                    what,
+                    e,
+                )
+                await self.zk.wait_for_state("connected")
+
     async def _watch_group(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Watch ``/consumers/<group>/ids`` (``ZKRebalancerListener.handleChildChange``)."""
         path = layout.ids_dir(self.config.group_id)
-        started = False
         last: list[str] | None = None
-        async for children in self.zk.watch_children(path):
-            members = sorted(children or [])
-            if not started:
-                started = True
-                task_status.started()
-            elif members != last:
-                self.request_rebalance(f"group members changed ({len(members)} now)")
-            last = members
+        started = False
+
+        async def body() -> None:
+            nonlocal last, started
+            async for children in self.zk.watch_children(path):
+                members = sorted(children or [])
+                if not started:
+                    started = True
+                    task_status.started()
+                elif members != last:
+                    self.request_rebalance(f"group members changed ({len(members)} now)")
+                last = members
+
+        await self._resilient(f"watch of {path}", body)
+
+    def watch_broker_ids(self) -> None:
+        """Rebalance when brokers register, after a rebalance found none (as the original)."""
+        if self._watching_broker_ids:
+            return
+        self._watching_broker_ids = True
+
+        async def watch() -> None:
+            async def body() -> None:
+                async for children in self.zk.watch_children(layout.BROKER_IDS_PATH):
+                    if children:
+                        self.request_rebalance(f"brokers registered ({len(children)})")
+                        return
+
+            await self._resilient("watch of /brokers/ids", body)
+            self._watching_broker_ids = False
+
+        self.task_group.start_soon(watch)
+
+    async def _start_topic_watch(self, topic: str) -> None:
+        if topic in self._watched_topics or await self.metadata_from_kafka():
+            return
+        self._watched_topics.add(topic)
+        await self.task_group.start(self._watch_topic, topic)
 
     async def _watch_topic(
         self, topic: str, *, task_status: Any = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        """Watch ``/brokers/topics/<t>`` (``ZKTopicPartitionChangeListener``)."""
         path = layout.topic_path(topic)
-        started = False
         last: frozenset[int] | None = None
-        async for data in self.zk.watch_data(path):
-            parts = frozenset(layout.decode_topic_partitions(data, path)) if data else frozenset()
+        started = False
+
+        async def body() -> None:
+            nonlocal last, started
+            async for data in self.zk.watch_data(path):
+                try:
+                    parts = (
+                        frozenset(layout.decode_topic_partitions(data, path))
+                        if data
+                        else frozenset()
+                    )
+                except MalformedZookeeperDataError as e:
+                    log.error("[%s] ignoring topic node: %s", self.consumer_id_string, e)
+                    parts = last or frozenset()
+                if not started:
+                    started = True
+                    task_status.started()
+                elif parts != last:
+                    self.request_rebalance(f"partitions of {topic} changed ({len(parts)} now)")
+                last = parts
+
+        await self._resilient(f"watch of {path}", body)
+
+    async def _watch_topic_list(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Follow the topic list for a wildcard subscription (``ZookeeperTopicEventWatcher``).
+
+        On ZooKeeper-mode clusters a watch on ``/brokers/topics``; on KRaft clusters Kafka
+        metadata is read every ``METADATA_REFRESH_MS``.
+        """
+        started = False
+
+        async def on_topics(all_topics: Iterable[str]) -> None:
+            nonlocal started
+            tc = self._topic_count
+            assert isinstance(tc, WildcardTopicCount)
+            updated = tc.with_topics(all_topics)
+            added = set(updated.allowed_topics()) - set(tc.allowed_topics())
+            removed = set(tc.allowed_topics()) - set(updated.allowed_topics())
             if not started:
                 started = True
                 task_status.started()
-            elif parts != last:
-                self.request_rebalance(f"partitions of {topic} changed ({len(parts)} now)")
-            last = parts
+            if added or removed:
+                # Deleted topics stay out of the plan; the original kept them (a TODO there).
+                self._topic_count = updated
+                for topic in sorted(added):
+                    await self._start_topic_watch(topic)
+                self.request_rebalance(
+                    f"topics matching {tc.topic_filter} changed (+{len(added)} -{len(removed)})"
+                )
+
+        if await self.metadata_from_kafka():
+            kafka = await self.ensure_kafka()
+            while True:
+                await on_topics(await kafka.all_topics())
+                await anyio.sleep(METADATA_REFRESH_MS / 1000)
+
+        async def body() -> None:
+            async for children in self.zk.watch_children(layout.BROKER_TOPICS_PATH):
+                await on_topics(children or [])
+
+        await self._resilient("watch of /brokers/topics", body)
+
+    async def _watch_partitions_by_metadata(self) -> None:
+        """On KRaft clusters, detect partition-count changes by refreshing Kafka metadata."""
+        kafka = await self.ensure_kafka()
+        last: dict[str, int] | None = None
+        while True:
+            tc = self._topic_count
+            topics = sorted(tc.get_consumer_thread_ids_per_topic()) if tc else []
+            counts = await kafka.partition_counts(topics)
+            if last is not None and counts != last:
+                self.request_rebalance("partition counts changed (Kafka metadata)")
+            last = counts
+            await anyio.sleep(METADATA_REFRESH_MS / 1000)
 
     async def _watch_session(self) -> None:
-        """Re-register and rebalance after a new session (``handleNewSession``)."""
+        """Follow the session: hold records back while suspended; re-register after expiry.
+
+        Connection loss shorter than the session timeout keeps the session and its ephemeral
+        nodes: records flow again when it is back, without a rebalance. A new session (the old
+        one expired) triggers ``_handle_new_session`` and a rebalance.
+        """
         async for state, session_id in self.zk.session_events():
             if state != "connected":
-                log.warning("[%s] ZooKeeper session %s", self.consumer_id_string, state)
-                continue
-            if session_id is not None and self._registered_session not in (None, session_id):
                 log.warning(
-                    "[%s] ZooKeeper session expired; re-registering", self.consumer_id_string
+                    "[%s] ZooKeeper session %s: holding records back",
+                    self.consumer_id_string,
+                    state,
                 )
-                await self._register()
+                self.gate.close()
+                continue
+            if session_id is not None and session_id != self._registered_session:
+                log.warning(
+                    "[%s] ZooKeeper session expired; a new session 0x%x re-registers",
+                    self.consumer_id_string,
+                    session_id,
+                )
+                self._session_replaced = True
                 self.request_rebalance("new ZooKeeper session")
-            self._registered_session = session_id
-
-    _registered_session: int | None = None
+            else:
+                log.info("[%s] ZooKeeper session resumed", self.consumer_id_string)
+                self.gate.reopen()
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -562,6 +856,8 @@ class ZookeeperConsumerConnector:
             owned_partitions=tuple(sorted(self.topic_registry)),
             consumed_offsets={tp: p.consumed_offset for tp, p in self.topic_registry.items()},
             rebalances=tuple(self._rebalancer.history),
+            failed_rebalance_attempts=self._rebalancer.failed_attempts,
+            session_id=self.zk.session_id,
             zookeeper_commits=self.offset_store.commits,
             last_error=self._last_error,
         )

@@ -103,6 +103,7 @@ class Rebalancer:
     def __init__(self, connector: ZookeeperConsumerConnector) -> None:
         self.c = connector
         self.history: list[RebalanceRecord] = []
+        self.failed_attempts = 0
         self._members: tuple[str, ...] = ()
 
     async def synced_rebalance(self, reason: str) -> None:
@@ -134,6 +135,8 @@ class Rebalancer:
                 self._record(started, t0, attempt, True, reason)
                 return
             # A failed attempt: own nothing, fetch nothing, then wait before the next one.
+            self.failed_attempts += 1
+            c.rebalance_attempt_failed()
             await self._close_fetchers(commit=True)
             if blocking:
                 await c.zk.wait_deleted(blocking, backoff_s)
@@ -214,23 +217,38 @@ class Rebalancer:
         own = await zk.get_data(layout.ids_path(group, me))
         if own is None:
             raise ConsumerError(f"own registration {layout.ids_path(group, me)} is missing")
-        brokers = await read_brokers(zk)
-        if not brokers:
-            log.warning("[%s] no brokers found when trying to rebalance.", me)
-            return True
+        from_kafka = await c.metadata_from_kafka()
+        if from_kafka:
+            kafka = await c.ensure_kafka()
+            all_topics = sorted(await kafka.all_topics())
+            brokers = None
+        else:
+            brokers = await read_brokers(zk)
+            if not brokers:
+                log.warning("[%s] no brokers found when trying to rebalance.", me)
+                c.watch_broker_ids()
+                return True
+            all_topics = await zk.get_children(layout.BROKER_TOPICS_PATH) or []
         await self._close_fetchers(commit=True)
         await self._release()
 
         members = sorted(await zk.get_children(layout.ids_dir(group)) or [])
         self._members = tuple(members)
-        all_topics = await zk.get_children(layout.BROKER_TOPICS_PATH) or []
         topic_counts: dict[str, TopicCount] = {}
         for member in members:
             path = layout.ids_path(group, member)
             data = await zk.get_data(path)
             if data is None:
                 continue  # left meanwhile; the ids watch triggers another rebalance
-            reg = layout.decode_registration(data, path)
+            try:
+                reg = layout.decode_registration(data, path)
+            except MalformedZookeeperDataError as e:
+                if member == me:
+                    raise
+                # Every member reads the same bytes and leaves the same member out, so the
+                # plans still agree; the rest of the group keeps consuming.
+                log.error("[%s] leaving member %s out of the assignment: %s", me, member, e)
+                continue
             topic_counts[member] = construct_topic_count(
                 member, reg, all_topics, cfg.exclude_internal_topics
             )
@@ -241,7 +259,10 @@ class Rebalancer:
             for tcount in topic_counts.values()
             for t in tcount.get_consumer_thread_ids_per_topic()
         }
-        partitions = await read_partitions_for_topics(zk, topics)
+        if from_kafka:
+            partitions = await kafka.partitions_for_topics(topics)
+        else:
+            partitions = await read_partitions_for_topics(zk, topics)
         assignment = plan_assignment(
             group=group,
             consumer_id=me,
@@ -266,6 +287,7 @@ class Rebalancer:
                 fetched_offset=offset,
                 fetch_size=cfg.fetch_message_max_bytes,
                 client_id=cfg.effective_client_id,
+                gate=c.gate,
             )
 
         if not await self._claim(mine, blocking):

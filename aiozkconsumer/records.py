@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "FetchedDataChunk",
+    "OwnershipGate",
     "MessageAndMetadata",
     "PartitionTopicInfo",
     "TopicPartition",
@@ -63,6 +64,43 @@ class MessageAndMetadata(NamedTuple):
     headers: tuple[tuple[str, bytes], ...]
 
 
+class OwnershipGate:
+    """Open while the ZooKeeper session that claimed the partitions is connected.
+
+    Shared by every ``PartitionTopicInfo`` of one connector. The connector closes it when the
+    session is suspended (connection lost: the session may expire and another member may take
+    the partitions) and opens it again when the same session is back; iterators hold records
+    of partitions behind a closed gate.
+    """
+
+    __slots__ = ("_event", "open")
+
+    def __init__(self) -> None:
+        self.open = True
+        self._event = asyncio.Event()
+        self._event.set()
+
+    def close(self) -> None:
+        """Hold records back."""
+        self.open = False
+        self._event.clear()
+
+    def reopen(self) -> None:
+        """Let records through again."""
+        self.open = True
+        self._event.set()
+
+    async def wait_open(self) -> None:
+        """Wait until the gate is open (returns at once if it is)."""
+        await self._event.wait()
+
+    def __repr__(self) -> str:
+        return f"<OwnershipGate {'open' if self.open else 'closed'}>"
+
+
+_ALWAYS_OPEN = OwnershipGate()
+
+
 @dataclass(eq=False, slots=True)
 class PartitionTopicInfo:
     """Shared state of one owned partition, as ``PartitionTopicInfo.scala``.
@@ -83,6 +121,7 @@ class PartitionTopicInfo:
         fetch_size: per-partition ``maxBytes`` of each FetchRequest (``fetch.message.max.bytes``).
         client_id: the ``client.id`` used in metrics.
         active: ``False`` once the partition is released.
+        gate: the connector's session gate (records are held back while it is closed).
     """
 
     topic: str
@@ -93,6 +132,7 @@ class PartitionTopicInfo:
     fetch_size: int
     client_id: str
     active: bool = True
+    gate: OwnershipGate = _ALWAYS_OPEN
     tp: TopicPartition = field(init=False)
 
     def __post_init__(self) -> None:

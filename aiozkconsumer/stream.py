@@ -11,13 +11,13 @@ shutdown sentinel ends iteration.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final
 
 from .errors import ConsumerTimeoutError, MessageSizeTooLargeError
 from .records import FetchedDataChunk, MessageAndMetadata, PartitionTopicInfo
 
-__all__ = ["SHUTDOWN_COMMAND", "ChunkQueue", "ConsumerIterator", "KafkaStream"]
+__all__ = ["SHUTDOWN_COMMAND", "ChunkQueue", "ConsumerIterator", "Decoder", "KafkaStream"]
 
 
 class _ShutdownCommand:
@@ -47,10 +47,20 @@ def _records_of(chunk: FetchedDataChunk) -> Iterator[tuple[PartitionTopicInfo, A
             yield pti, record
 
 
+Decoder = Callable[[bytes], Any]
+
+
 class ConsumerIterator:
     """The asynchronous iterator of one ``KafkaStream`` (``ConsumerIterator.scala``).
 
     ``await it.__anext__()`` returns the next ``MessageAndMetadata``.
+
+    Args:
+        queue: the stream's chunk queue.
+        consumer_timeout_ms: ``consumer.timeout.ms``; negative waits forever.
+        key_decoder: applied to non-null keys when a record is handed out (default: bytes
+            kept); a null key stays ``None`` without calling it, as the original.
+        value_decoder: likewise for values.
 
     Raises (from ``__anext__``):
         ConsumerTimeoutError: no record within ``consumer.timeout.ms`` (when >= 0). The
@@ -59,83 +69,172 @@ class ConsumerIterator:
             ``fetch.message.max.bytes``. The partition does not advance; raise the fetch size.
             The iterator stays usable for the stream's other partitions.
         StopAsyncIteration: the connector shut down (the shutdown sentinel arrived).
+
+    While the ZooKeeper session is suspended (connection lost, session maybe expiring), records
+    of the partitions it owns are held back: the iterator waits (within
+    ``consumer.timeout.ms``) until the session is back, or drops them if the partitions were
+    released meanwhile. The original kept handing them out (§10.5 of the reference).
     """
 
-    __slots__ = ("_current", "_done", "_queue", "_records", "_timeout_s")
+    __slots__ = (
+        "_current",
+        "_deferred",
+        "_done",
+        "_key_decoder",
+        "_pending",
+        "_queue",
+        "_records",
+        "_timeout_s",
+        "_value_decoder",
+    )
 
-    def __init__(self, queue: ChunkQueue, consumer_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        queue: ChunkQueue,
+        consumer_timeout_ms: int,
+        key_decoder: Decoder | None = None,
+        value_decoder: Decoder | None = None,
+    ) -> None:
         self._queue = queue
         self._timeout_s = consumer_timeout_ms / 1000 if consumer_timeout_ms >= 0 else None
         self._current: FetchedDataChunk | None = None
         self._records: Iterator[tuple[PartitionTopicInfo, Any]] | None = None
+        self._pending: tuple[PartitionTopicInfo, Any] | None = None
         self._done = False
+        self._deferred: BaseException | None = None
+        self._key_decoder = key_decoder
+        self._value_decoder = value_decoder
 
     def __aiter__(self) -> ConsumerIterator:
         return self
 
-    async def _next_chunk(self) -> FetchedDataChunk | _ShutdownCommand:
-        queue = self._queue
-        if not queue.empty():
-            return queue.get_nowait()
+    async def _wait(self, awaitable: Any) -> Any:
         if self._timeout_s is None:
-            return await queue.get()
+            return await awaitable
         try:
-            return await asyncio.wait_for(queue.get(), self._timeout_s)
+            return await asyncio.wait_for(awaitable, self._timeout_s)
         except TimeoutError:
             raise ConsumerTimeoutError(
                 f"no record within consumer.timeout.ms={int(self._timeout_s * 1000)}"
             ) from None
 
-    async def __anext__(self) -> MessageAndMetadata:
+    def _take_chunk(self, chunk: FetchedDataChunk | _ShutdownCommand) -> bool:
+        """Make ``chunk`` current. Returns ``False`` if it carries nothing to iterate."""
+        if isinstance(chunk, _ShutdownCommand):
+            self._done = True
+            return False
+        pti = chunk.topic_info
+        if not pti.active:
+            return False  # released by a rebalance while queued
+        if chunk.too_large:
+            raise MessageSizeTooLargeError(
+                "Found a message larger than the maximum fetch size of this consumer "
+                f"on topic {pti.topic} partition {pti.partition} at fetch offset "
+                f"{chunk.fetch_offset}. Increase the fetch size "
+                f"(fetch.message.max.bytes={pti.fetch_size}), or decrease the maximum "
+                "message size the broker will allow."
+            )
+        if pti.consumed_offset < chunk.fetch_offset:
+            # After an offset reset the chunk starts past what was consumed.
+            pti.consumed_offset = chunk.fetch_offset
+        self._current = chunk
+        self._records = _records_of(chunk)
+        return True
+
+    def _poll(self) -> MessageAndMetadata | PartitionTopicInfo | None:
+        """Next record without waiting.
+
+        Returns:
+            A record; or the ``PartitionTopicInfo`` whose gate is closed (the record is kept
+            pending); or ``None`` when a new chunk must be awaited (or iteration ended).
+        """
         while True:
-            records = self._records
-            if records is None:
-                if self._done:
-                    raise StopAsyncIteration
-                chunk = await self._next_chunk()
-                if isinstance(chunk, _ShutdownCommand):
-                    self._done = True
-                    raise StopAsyncIteration
-                pti = chunk.topic_info
-                if not pti.active:
-                    continue  # released by a rebalance while queued
-                if chunk.too_large:
-                    raise MessageSizeTooLargeError(
-                        "Found a message larger than the maximum fetch size of this consumer "
-                        f"on topic {pti.topic} partition {pti.partition} at fetch offset "
-                        f"{chunk.fetch_offset}. Increase the fetch size "
-                        f"(fetch.message.max.bytes={pti.fetch_size}), or decrease the maximum "
-                        "message size the broker will allow."
-                    )
-                if pti.consumed_offset < chunk.fetch_offset:
-                    # After an offset reset the chunk starts past what was consumed.
-                    pti.consumed_offset = chunk.fetch_offset
-                self._current = chunk
-                records = self._records = _records_of(chunk)
-            for pti, record in records:
-                if not pti.active:
-                    break  # partition released mid-chunk: drop the rest
-                offset = record.offset
-                if offset < pti.consumed_offset:
+            if self._pending is not None:
+                pti, record = self._pending
+                self._pending = None
+            else:
+                records = self._records
+                if records is None:
+                    if self._done or self._queue.empty():
+                        return None
+                    self._take_chunk(self._queue.get_nowait())
                     continue
-                pti.consumed_offset = offset + 1
-                return MessageAndMetadata(
-                    pti.topic,
-                    pti.partition,
-                    offset,
-                    record.key,
-                    record.value,
-                    record.timestamp if record.timestamp is not None else -1,
-                    record.timestamp_type if record.timestamp_type is not None else -1,
-                    tuple(record.headers),
-                )
-            self._current = None
-            self._records = None
+                try:
+                    pti, record = next(records)
+                except StopIteration:
+                    self._current = None
+                    self._records = None
+                    continue
+            if not pti.active:
+                self.clear_current_chunk()  # partition released mid-chunk: drop the rest
+                continue
+            offset = record.offset
+            if offset < pti.consumed_offset:
+                continue
+            if not pti.gate.open:
+                self._pending = (pti, record)
+                return pti
+            pti.consumed_offset = offset + 1
+            key = record.key
+            value = record.value
+            if key is not None and self._key_decoder is not None:
+                key = self._key_decoder(key)
+            if value is not None and self._value_decoder is not None:
+                value = self._value_decoder(value)
+            return MessageAndMetadata(
+                pti.topic,
+                pti.partition,
+                offset,
+                key,
+                value,
+                record.timestamp if record.timestamp is not None else -1,
+                record.timestamp_type if record.timestamp_type is not None else -1,
+                tuple(record.headers),
+            )
+
+    async def __anext__(self) -> MessageAndMetadata:
+        if self._deferred is not None:
+            error, self._deferred = self._deferred, None
+            raise error
+        while True:
+            got = self._poll()
+            if isinstance(got, MessageAndMetadata):
+                return got
+            if got is not None:
+                await self._wait(got.gate.wait_open())
+                continue
+            if self._done:
+                raise StopAsyncIteration
+            self._take_chunk(await self._wait(self._queue.get()))
+
+    async def next_batch(self, max_records: int = 500) -> list[MessageAndMetadata]:
+        """Wait for at least one record, then take up to ``max_records`` that are ready.
+
+        Never waits for more records once one is in hand, so latency stays that of a single
+        record while throughput grows with the batch.
+
+        Raises:
+            StopAsyncIteration: the stream ended (shutdown) and nothing is left.
+            ConsumerTimeoutError, MessageSizeTooLargeError: as ``__anext__`` (a record
+                already taken into the batch is returned first; the error comes next call).
+        """
+        batch = [await self.__anext__()]
+        poll = self._poll
+        try:
+            while len(batch) < max_records:
+                got = poll()
+                if not isinstance(got, MessageAndMetadata):
+                    break
+                batch.append(got)
+        except MessageSizeTooLargeError as e:
+            self._deferred = e  # the records in hand go out first; the error on the next call
+        return batch
 
     def clear_current_chunk(self) -> None:
         """Drop the chunk being iterated (``ConsumerIterator.clearCurrentChunk``)."""
         self._current = None
         self._records = None
+        self._pending = None
 
 
 class KafkaStream:
@@ -152,12 +251,18 @@ class KafkaStream:
     """
 
     def __init__(
-        self, queue: ChunkQueue, consumer_timeout_ms: int, client_id: str, name: str
+        self,
+        queue: ChunkQueue,
+        consumer_timeout_ms: int,
+        client_id: str,
+        name: str,
+        key_decoder: Decoder | None = None,
+        value_decoder: Decoder | None = None,
     ) -> None:
         self.queue = queue
         self.client_id = client_id
         self.name = name
-        self._iterator = ConsumerIterator(queue, consumer_timeout_ms)
+        self._iterator = ConsumerIterator(queue, consumer_timeout_ms, key_decoder, value_decoder)
 
     def __aiter__(self) -> AsyncIterator[MessageAndMetadata]:
         return self._iterator
@@ -170,6 +275,30 @@ class KafkaStream:
     def clear(self) -> None:
         """Drop the iterator's current chunk, used by a rebalance (``KafkaStream.clear``)."""
         self._iterator.clear_current_chunk()
+
+    async def batches(self, max_records: int = 500) -> AsyncIterator[list[MessageAndMetadata]]:
+        """Iterate in batches: ``async for batch in stream.batches(max_records=1000)``.
+
+        Each batch holds 1 to ``max_records`` records, in offset order per partition; a batch
+        is handed out as soon as one record is ready. The records' offsets count as consumed
+        when the batch is handed out. Ends when the stream ends.
+
+        Args:
+            max_records: the largest batch, >= 1.
+
+        Raises:
+            ValueError: ``max_records`` < 1.
+            ConsumerTimeoutError, MessageSizeTooLargeError: as iterating record by record.
+        """
+        if max_records < 1:
+            raise ValueError(f"max_records must be >= 1, not {max_records}")
+        it = self._iterator
+        while True:
+            try:
+                batch = await it.next_batch(max_records)
+            except StopAsyncIteration:
+                return
+            yield batch
 
     def __repr__(self) -> str:
         return f"<KafkaStream {self.name} queued={self.queue.qsize()}/{self.queue.maxsize}>"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import pytest
+from _support import Seen, config_for, drain, members_of, owner_nodes, wait_settled
 
 from aiozkconsumer import (
-    ConnectorState,
     ConsumerConfig,
     MessageStreamsExistError,
     ZookeeperConnectionError,
@@ -20,96 +20,11 @@ from aiozkconsumer import (
 )
 from aiozkconsumer.assignors import AssignmentContext, range_assign
 from aiozkconsumer.records import TopicPartition
-from aiozkconsumer.stream import KafkaStream
 from aiozkconsumer.subscription import StaticTopicCount
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.zk import layout
 
 pytestmark = pytest.mark.integration
-
-
-def _config(cluster: LocalCluster, group: str, **kw: Any) -> ConsumerConfig:
-    kw.setdefault("auto_offset_reset", "smallest")
-    kw.setdefault("auto_commit_interval_ms", 500)
-    kw.setdefault("rebalance_backoff_ms", 500)
-    return ConsumerConfig(group_id=group, zookeeper_connect=cluster.zookeeper_connect, **kw)
-
-
-class Seen:
-    """(partition, offset) pairs handed out, with an event per growth."""
-
-    def __init__(self) -> None:
-        self.pairs: list[tuple[int, int]] = []
-        self.by_member: dict[int, set[int]] = {}
-        self._grew = anyio.Event()
-
-    def add(self, member: int, partition: int, offset: int) -> None:
-        self.pairs.append((partition, offset))
-        self.by_member.setdefault(member, set()).add(partition)
-        self._grew.set()
-        self._grew = anyio.Event()
-
-    async def wait_until(self, predicate: Callable[[], bool], limit_s: float = 60) -> None:
-        with anyio.fail_after(limit_s):
-            while not predicate():
-                await self._grew.wait()
-
-
-async def _drain(
-    stream: KafkaStream,
-    member: int,
-    seen: Seen,
-    pause_after: int | None = None,
-    resume: anyio.Event | None = None,
-) -> None:
-    n = 0
-    async for msg in stream:
-        seen.add(member, msg.partition, msg.offset)
-        n += 1
-        if n == pause_after and resume is not None:
-            await resume.wait()  # stop reading: backpressure stops the fetcher too
-
-
-async def _members_of(zk_client: Any, group: str) -> list[str]:
-    return sorted(await zk_client.get_children(layout.ids_dir(group)))
-
-
-async def _owners(zk_client: Any, group: str, topic: str) -> dict[int, str]:
-    owners_dir = layout.owners_dir(group, topic)
-    try:
-        children = await zk_client.get_children(owners_dir)
-    except Exception:
-        return {}
-    result = {}
-    for child in children:
-        result[int(child)] = (await zk_client.get_data(f"{owners_dir}/{child}")).decode()
-    return result
-
-
-def _settled(connectors: list[ZookeeperConsumerConnector]) -> bool:
-    """Every member is running its last rebalance, which saw exactly the current members."""
-    members = sorted(c.consumer_id_string for c in connectors)
-    for c in connectors:
-        rebalances = c.statistics().rebalances
-        if c.state is not ConnectorState.RUNNING or c.rebalance_pending or not rebalances:
-            return False
-        if sorted(rebalances[-1].members) != members:
-            return False
-    return True
-
-
-async def _wait_settled(connectors: list[ZookeeperConsumerConnector], limit_s: float = 60) -> None:
-    """Wait until the group settled, woken by every state change of a member."""
-    with anyio.fail_after(limit_s):
-        while not _settled(connectors):
-            async with anyio.create_task_group() as tg:
-
-                async def one(c: ZookeeperConsumerConnector) -> None:
-                    await c.wait_for_state_change()
-                    tg.cancel_scope.cancel()
-
-                for c in connectors:
-                    tg.start_soon(one, c)
 
 
 @pytest.fixture
@@ -125,7 +40,7 @@ async def test_group_of_two_reads_everything_and_commits_log_end(
 ) -> None:
     group = unique_group_id
     seen = Seen()
-    config = _config(zk_kafka_cluster, group)
+    config = config_for(zk_kafka_cluster, group)
     async with (
         ZookeeperConsumerConnector(config) as c0,
         ZookeeperConsumerConnector(config) as c1,
@@ -133,18 +48,18 @@ async def test_group_of_two_reads_everything_and_commits_log_end(
     ):
         for i, c in enumerate((c0, c1)):
             streams = await c.create_message_streams({topic4: 1})
-            tg.start_soon(_drain, streams[topic4][0], i, seen)
+            tg.start_soon(drain, streams[topic4][0], i, seen)
         await seen.wait_until(lambda: len(set(seen.pairs)) >= 10_000)
         # Both members settled: the owner nodes equal the range plan over both members.
-        members = await _members_of(zk_client, group)
+        members = await members_of(zk_client, group)
         assert members == sorted([c0.consumer_id_string, c1.consumer_id_string])
 
-        await _wait_settled([c0, c1])
+        await wait_settled([c0, c1])
         counts = {m: StaticTopicCount(m, {topic4: 1}) for m in members}
         ctx = AssignmentContext.build(group, members[0], counts, {topic4: range(4)})
         plan = range_assign(ctx)
         expected = {tp.partition: str(tid) for per in plan.values() for tp, tid in per.items()}
-        assert await _owners(zk_client, group, topic4) == expected
+        assert await owner_nodes(zk_client, group, topic4) == expected
         assert set(c0.statistics().owned_partitions) | set(c1.statistics().owned_partitions) == {
             TopicPartition(topic4, p) for p in range(4)
         }
@@ -157,14 +72,14 @@ async def test_group_of_two_reads_everything_and_commits_log_end(
         data = await zk_client.get_data(layout.offset_path(group, topic4, p))
         assert layout.decode_offset(data) == ends[p] == 2500
     # Sessions closed: registrations and owner nodes are gone.
-    assert await _members_of(zk_client, group) == []
-    assert await _owners(zk_client, group, topic4) == {}
+    assert await members_of(zk_client, group) == []
+    assert await owner_nodes(zk_client, group, topic4) == {}
 
 
 async def test_registration_json_is_the_originals(
     zk_kafka_cluster: LocalCluster, topic4: str, unique_group_id: str, zk_client: Any
 ) -> None:
-    config = _config(zk_kafka_cluster, unique_group_id, consumer_id="host-1-abc")
+    config = config_for(zk_kafka_cluster, unique_group_id, consumer_id="host-1-abc")
     before = int(time.time() * 1000)
     async with ZookeeperConsumerConnector(config) as c:
         await c.create_message_streams({topic4: 2})
@@ -178,7 +93,7 @@ async def test_registration_json_is_the_originals(
         m = re.fullmatch(expected, text)
         assert m, text
         assert before <= int(m.group(1)) <= int(time.time() * 1000)
-        owners = await _owners(zk_client, unique_group_id, topic4)
+        owners = await owner_nodes(zk_client, unique_group_id, topic4)
         assert owners == {
             0: f"{unique_group_id}_host-1-abc-0",
             1: f"{unique_group_id}_host-1-abc-0",
@@ -193,7 +108,7 @@ async def test_member_joining_later_takes_over_its_share(
 ) -> None:
     group = unique_group_id
     seen = Seen()
-    config = _config(
+    config = config_for(
         zk_kafka_cluster, group, queued_max_message_chunks=1, fetch_message_max_bytes=4096
     )
     async with ZookeeperConsumerConnector(config) as first, anyio.create_task_group() as tg:
@@ -201,15 +116,15 @@ async def test_member_joining_later_takes_over_its_share(
         assert len(first.statistics().owned_partitions) == 4
         # The first member reads 100 records and pauses until the second one has joined.
         resume = anyio.Event()
-        tg.start_soon(_drain, streams[topic4][0], 0, seen, 100, resume)
+        tg.start_soon(drain, streams[topic4][0], 0, seen, 100, resume)
         await seen.wait_until(lambda: len(seen.pairs) >= 100)
         async with ZookeeperConsumerConnector(config) as second:
             streams2 = await second.create_message_streams({topic4: 1})
-            tg.start_soon(_drain, streams2[topic4][0], 1, seen)
-            await _wait_settled([first, second])
+            tg.start_soon(drain, streams2[topic4][0], 1, seen)
+            await wait_settled([first, second])
             assert len(first.statistics().owned_partitions) == 2
             owned2 = {tp.partition for tp in second.statistics().owned_partitions}
-            owners = await _owners(zk_client, group, topic4)
+            owners = await owner_nodes(zk_client, group, topic4)
             assert {
                 p for p, o in owners.items() if o.startswith(second.consumer_id_string)
             } == owned2
@@ -224,7 +139,7 @@ async def test_member_joining_later_takes_over_its_share(
 async def test_second_create_message_streams_raises(
     zk_kafka_cluster: LocalCluster, topic4: str, unique_group_id: str
 ) -> None:
-    async with ZookeeperConsumerConnector(_config(zk_kafka_cluster, unique_group_id)) as c:
+    async with ZookeeperConsumerConnector(config_for(zk_kafka_cluster, unique_group_id)) as c:
         await c.create_message_streams({topic4: 1})
         with pytest.raises(MessageStreamsExistError):
             await c.create_message_streams({topic4: 1})
