@@ -1,28 +1,20 @@
-"""Fetch the jars of a local Kafka cluster: Kafka 3.9 (ZooKeeper mode) or Kafka 4.x (KRaft).
+"""Fetch the jars of a Kafka 3.9 broker (ZooKeeper mode) and its ZooKeeper 3.8 server.
 
 The project never ships Kafka: the jars come from Maven Central, resolved by
-``mvn dependency:copy-dependencies`` from a pinned pom next to this module, into a cache
-directory shared by every test run. Two flavours are known:
+``mvn dependency:copy-dependencies`` from the pinned pom next to this module
+(``kafka-3.9-pom.xml``), into a cache directory shared by every test run::
 
-- ``"zookeeper"`` (the default): ``kafka-3.9-pom.xml``, Kafka 3.9.1 in ZooKeeper mode and the
-  ZooKeeper 3.8 server it depends on (slf4j + reload4j logging). Every :class:`LocalCluster`
-  runs its ZooKeeper server from these jars.
-- ``"kraft"``: ``kafka-4-pom.xml``, Kafka 4.3.1 (KRaft only, no ZooKeeper classes; log4j2
-  logging through ``log4j-slf4j-impl``).
-
-Each lands in its own directory::
-
-    <cache>/kafka-<version>/libs/*.jar      the runtime class path
-    <cache>/kafka-<version>/.complete       sha256 of the pom, written after a successful copy
+    <cache>/kafka-3.9.1/libs/*.jar      the runtime class path
+    <cache>/kafka-3.9.1/.complete       sha256 of the pom, written after a successful copy
 
 Provisioning is idempotent: when the marker matches the pom, nothing runs (not even Maven).
 Otherwise the jars are copied into a temporary directory next to the target and renamed
 into place, under a file lock, so that concurrent test processes (pytest-xdist workers)
 neither run Maven twice nor see a half-filled ``libs`` directory.
 
-Command line (what the Makefile calls; prints the ``libs`` directory, one per flavour)::
+Command line (what the Makefile calls; prints the ``libs`` directory)::
 
-    python -m aiozkconsumer.testing.provision [--flavour zk|kraft|all] [--cache-dir DIR] [--quiet]
+    python -m aiozkconsumer.testing.provision [--cache-dir DIR] [--quiet]
 """
 
 from __future__ import annotations
@@ -30,7 +22,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import dataclasses
 import fcntl
 import hashlib
 import logging
@@ -46,18 +37,10 @@ from pathlib import Path
 from aiozkconsumer.errors import ConsumerError
 
 __all__ = [
-    "DISTRIBUTIONS",
-    "FLAVOURS",
     "KAFKA_VERSION",
-    "KRAFT",
-    "KRAFT_KAFKA_VERSION",
-    "KRAFT_POM_PATH",
     "POM_PATH",
-    "ZOOKEEPER_MODE",
-    "KafkaDistribution",
     "ProvisioningError",
     "default_cache_dir",
-    "distribution",
     "main",
     "provision_kafka",
     "require_tools",
@@ -71,14 +54,6 @@ KAFKA_VERSION = "3.9.1"
 POM_PATH = Path(__file__).with_name("kafka-3.9-pom.xml")
 """The pinned pom: ``org.apache.kafka:kafka_2.13`` plus ``org.slf4j:slf4j-reload4j``."""
 
-KRAFT_KAFKA_VERSION = "4.3.1"
-"""The Kafka 4.x release of the KRaft flavour: the newest whose runtime fully resolves from
-Maven Central when it was pinned (4.4.0's ``kafka-tools-api`` was not published there)."""
-
-KRAFT_POM_PATH = Path(__file__).with_name("kafka-4-pom.xml")
-"""The pinned KRaft pom: ``org.apache.kafka:kafka_2.13`` 4.x plus
-``org.apache.logging.log4j:log4j-slf4j-impl`` (Kafka 4 logs through slf4j 1.7 into log4j2)."""
-
 CACHE_ENV = "AIOZKCONSUMER_CACHE"
 """Environment variable that overrides the default cache directory."""
 
@@ -87,72 +62,6 @@ INSTALL_HINT = "install a JDK 17 and Maven, e.g. `apt-get install openjdk-17-jdk
 _MARKER = ".complete"
 _MVN_TIMEOUT_S = 900.0
 _TAIL_LINES = 40
-
-
-@dataclasses.dataclass(frozen=True)
-class KafkaDistribution:
-    """One pinned Kafka runtime that :func:`provision_kafka` can fetch.
-
-    Attributes:
-        flavour: ``"zookeeper"`` (Kafka 3.9, ZooKeeper mode) or ``"kraft"`` (Kafka 4.x).
-        version: the Kafka release, e.g. ``"3.9.1"``; the cache directory is
-            ``<cache>/kafka-<version>``.
-        pom: the pinned pom Maven resolves.
-        required_jars: glob patterns that must each match a jar in ``libs`` for a cached copy
-            to count as complete.
-        description: a short human description, used in messages.
-    """
-
-    flavour: str
-    version: str
-    pom: Path
-    required_jars: tuple[str, ...]
-    description: str
-
-
-ZOOKEEPER_MODE = KafkaDistribution(
-    flavour="zookeeper",
-    version=KAFKA_VERSION,
-    pom=POM_PATH,
-    required_jars=(f"kafka_2.13-{KAFKA_VERSION}.jar", "zookeeper-*.jar"),
-    description=f"Kafka {KAFKA_VERSION} (ZooKeeper mode) and ZooKeeper",
-)
-"""Kafka 3.9.1 in ZooKeeper mode, with the ZooKeeper 3.8 server (the default flavour)."""
-
-KRAFT = KafkaDistribution(
-    flavour="kraft",
-    version=KRAFT_KAFKA_VERSION,
-    pom=KRAFT_POM_PATH,
-    required_jars=(f"kafka_2.13-{KRAFT_KAFKA_VERSION}.jar", "log4j-slf4j-impl-*.jar"),
-    description=f"Kafka {KRAFT_KAFKA_VERSION} (KRaft)",
-)
-"""Kafka 4.x in KRaft mode (no ZooKeeper classes at all)."""
-
-DISTRIBUTIONS: dict[str, KafkaDistribution] = {"zookeeper": ZOOKEEPER_MODE, "kraft": KRAFT}
-"""Flavour name -> its pinned distribution."""
-
-FLAVOURS: tuple[str, ...] = tuple(DISTRIBUTIONS)
-"""The known flavours, ``("zookeeper", "kraft")``."""
-
-
-def distribution(flavour: str) -> KafkaDistribution:
-    """Look up the pinned distribution of a flavour.
-
-    Args:
-        flavour: ``"zookeeper"`` or ``"kraft"``.
-
-    Returns:
-        Its :class:`KafkaDistribution`.
-
-    Raises:
-        ValueError: if the flavour is not one of :data:`FLAVOURS`.
-    """
-    try:
-        return DISTRIBUTIONS[flavour]
-    except KeyError:
-        raise ValueError(
-            f"unknown Kafka flavour {flavour!r}; expected one of {', '.join(FLAVOURS)}"
-        ) from None
 
 
 class ProvisioningError(ConsumerError):
@@ -207,11 +116,11 @@ def require_tools(tools: Sequence[str]) -> dict[str, str]:
     return found
 
 
-def _pom_digest(dist: KafkaDistribution) -> str:
-    return hashlib.sha256(dist.pom.read_bytes()).hexdigest()
+def _pom_digest() -> str:
+    return hashlib.sha256(POM_PATH.read_bytes()).hexdigest()
 
 
-def _is_complete(dist: KafkaDistribution, target: Path, digest: str) -> bool:
+def _is_complete(target: Path, digest: str) -> bool:
     marker = target / _MARKER
     try:
         recorded = marker.read_text(encoding="ascii").strip()
@@ -220,7 +129,7 @@ def _is_complete(dist: KafkaDistribution, target: Path, digest: str) -> bool:
     if recorded != digest:
         return False
     libs = target / "libs"
-    return all(any(libs.glob(pattern)) for pattern in dist.required_jars)
+    return any(libs.glob(f"kafka_2.13-{KAFKA_VERSION}.jar")) and any(libs.glob("zookeeper-*.jar"))
 
 
 @contextlib.contextmanager
@@ -234,7 +143,7 @@ def _locked(lock_path: Path) -> Iterator[None]:
             fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
 
 
-def _run_maven(mvn: str, dist: KafkaDistribution, output_dir: Path, *, quiet: bool) -> None:
+def _run_maven(mvn: str, output_dir: Path, *, quiet: bool) -> None:
     """Run ``mvn dependency:copy-dependencies`` into ``output_dir``.
 
     Maven's output is always kept (its tail goes into the error message); unless ``quiet``
@@ -247,12 +156,12 @@ def _run_maven(mvn: str, dist: KafkaDistribution, output_dir: Path, *, quiet: bo
         "-Dstyle.color=never",
         "-q" if quiet else "-ntp",
         "-f",
-        str(dist.pom),
+        str(POM_PATH),
         "dependency:copy-dependencies",
         "-DincludeScope=runtime",
         f"-DoutputDirectory={output_dir}",
     ]
-    log.info("resolving Kafka %s jars with Maven: %s", dist.version, " ".join(cmd))
+    log.info("resolving Kafka %s jars with Maven: %s", KAFKA_VERSION, " ".join(cmd))
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
     try:
         proc = subprocess.Popen(
@@ -292,8 +201,8 @@ def _run_maven(mvn: str, dist: KafkaDistribution, output_dir: Path, *, quiet: bo
         )
     if returncode != 0:
         raise ProvisioningError(
-            f"Maven failed (exit code {returncode}) resolving Kafka {dist.version} from "
-            f"{dist.pom}; is Maven Central reachable? Last output:\n" + "\n".join(tail)
+            f"Maven failed (exit code {returncode}) resolving Kafka {KAFKA_VERSION} from "
+            f"{POM_PATH}; is Maven Central reachable? Last output:\n" + "\n".join(tail)
         )
 
 
