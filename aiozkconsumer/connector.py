@@ -69,6 +69,10 @@ class ConnectorState(enum.Enum):
     - ``REBALANCE_FAILED``: registered but owns nothing after ``rebalance.max.retries`` failed
       attempts (the original stayed idle silently; here the state and ``last_error`` say so).
       The next trigger (a member change, a new session) rebalances again.
+    - ``SUSPENDED``: the ZooKeeper connection is lost and the session may be expiring, so
+      another member may take the partitions: records are held back and nothing is
+      committed; fetching may go on. Back to the previous state when the same session
+      returns; a new session (expiry) leads to a rebalance. The original kept delivering.
     - ``CLOSING``: shutting down: fetchers stopped, final commit, session closing.
     - ``CLOSED``: done; streams have ended. Nothing more happens.
     """
@@ -78,6 +82,7 @@ class ConnectorState(enum.Enum):
     REBALANCING = "rebalancing"
     RUNNING = "running"
     REBALANCE_FAILED = "rebalance_failed"
+    SUSPENDED = "suspended"
     CLOSING = "closing"
     CLOSED = "closed"
 
@@ -211,6 +216,7 @@ class ZookeeperConsumerConnector:
         self._session_replaced = False
         self._metadata_from_kafka: bool | None = None
         self._watching_broker_ids = False
+        self._state_before_suspend = ConnectorState.RUNNING
         self._bg_tg: Any = None
         self._bg_scope: anyio.CancelScope | None = None
         self._bg_done: anyio.Event | None = None
@@ -808,6 +814,9 @@ class ZookeeperConsumerConnector:
                     state,
                 )
                 self.gate.close()
+                if self._state is not ConnectorState.SUSPENDED:
+                    self._state_before_suspend = self._state
+                    self._set_state(ConnectorState.SUSPENDED)
                 continue
             if session_id is not None and session_id != self._registered_session:
                 log.warning(
@@ -820,6 +829,8 @@ class ZookeeperConsumerConnector:
             else:
                 log.info("[%s] ZooKeeper session resumed", self.consumer_id_string)
                 self.gate.reopen()
+                if self._state is ConnectorState.SUSPENDED:
+                    self._set_state(self._state_before_suspend)
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -841,6 +852,8 @@ class ZookeeperConsumerConnector:
         interval = self.config.auto_commit_interval_ms / 1000
         while True:
             await anyio.sleep(interval)
+            if not self.gate.open:
+                continue  # the session is in doubt: another member may own the partitions
             try:
                 await self.commit_offsets()
             except ZookeeperError as e:

@@ -1,0 +1,214 @@
+"""Behaviour the original's users relied on, against a real ZooKeeper + Kafka 3.9.
+
+Includes the expectations of the original's own ZookeeperConsumerConnectorTest: the timeout
+error twice from one iterator, a member with an empty subscription steals nothing, listener
+callbacks receive the ownership maps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from _support import Seen, config_for, drain, owner_nodes, wait_settled
+
+from aiozkconsumer import (
+    ConnectorState,
+    ConsumerThreadId,
+    ConsumerTimeoutError,
+    MessageStreamsExistError,
+    ZookeeperConsumerConnector,
+)
+from aiozkconsumer.subscription import Whitelist
+from aiozkconsumer.testing import LocalCluster
+from aiozkconsumer.zk import layout
+
+pytestmark = pytest.mark.integration
+
+
+async def _topic(cluster: LocalCluster, name: str, partitions: int, per_partition: int) -> None:
+    await cluster.create_topic(name, partitions)
+    if per_partition:
+        await cluster.produce_to_partitions(
+            name,
+            {
+                p: [(b"k", b"%d-%d" % (p, i)) for i in range(per_partition)]
+                for p in range(partitions)
+            },
+        )
+
+
+async def test_consumer_timeout_twice_then_a_record(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    await _topic(zk_kafka_cluster, unique_topic, 1, 0)
+    config = config_for(zk_kafka_cluster, unique_group_id, consumer_timeout_ms=200)
+    async with ZookeeperConsumerConnector(config) as c:
+        streams = await c.create_message_streams({unique_topic: 1})
+        it = streams[unique_topic][0].__aiter__()
+        for _ in range(2):  # the iterator stays usable after a timeout (KAFKA-241)
+            with pytest.raises(ConsumerTimeoutError):
+                await it.__anext__()
+        await zk_kafka_cluster.produce(unique_topic, [(b"k", b"late")])
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    msg = await it.__anext__()
+                    break
+                except ConsumerTimeoutError:
+                    continue
+        assert (msg.offset, msg.value) == (0, b"late")
+
+
+async def test_member_with_empty_topic_map_steals_nothing(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str, zk_client: Any
+) -> None:
+    await _topic(zk_kafka_cluster, unique_topic, 4, 0)
+    config = config_for(zk_kafka_cluster, unique_group_id)
+    async with ZookeeperConsumerConnector(config) as c1:
+        await c1.create_message_streams({unique_topic: 2})
+        before = await owner_nodes(zk_client, unique_group_id, unique_topic)
+        assert len(before) == 4
+        async with ZookeeperConsumerConnector(config) as c2:
+            assert await c2.create_message_streams({}) == {}
+            await wait_settled([c1, c2])
+            assert c2.statistics().owned_partitions == ()
+            assert len(c1.statistics().owned_partitions) == 4
+            assert await owner_nodes(zk_client, unique_group_id, unique_topic) == before
+            data = await zk_client.get_data(layout.ids_path(unique_group_id, c2.consumer_id_string))
+            assert layout.decode_registration(data).subscription == {}
+
+
+class RecordingListener:
+    def __init__(self) -> None:
+        self.released: list[dict[str, set[int]]] = []
+        self.started: list[tuple[str, dict[str, dict[int, ConsumerThreadId]]]] = []
+
+    async def before_releasing_partitions(self, partition_ownership: dict[str, set[int]]) -> None:
+        self.released.append(partition_ownership)
+
+    async def before_starting_fetchers(
+        self, consumer_id: str, global_partition_assignment: dict[str, dict[int, ConsumerThreadId]]
+    ) -> None:
+        self.started.append((consumer_id, global_partition_assignment))
+
+
+async def test_listener_receives_ownership_and_global_assignment(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    await _topic(zk_kafka_cluster, unique_topic, 4, 0)
+    config = config_for(zk_kafka_cluster, unique_group_id)
+    listener = RecordingListener()
+    async with ZookeeperConsumerConnector(config) as c1:
+        c1.set_consumer_rebalance_listener(listener)
+        await c1.create_message_streams({unique_topic: 1})
+        with pytest.raises(MessageStreamsExistError):
+            c1.set_consumer_rebalance_listener(RecordingListener())
+        me = c1.consumer_id_string
+        assert listener.started[-1] == (
+            me,
+            {unique_topic: {p: ConsumerThreadId(me, 0) for p in range(4)}},
+        )
+        async with ZookeeperConsumerConnector(config) as c2:
+            await c2.create_message_streams({unique_topic: 1})
+            await wait_settled([c1, c2])
+            # Before releasing, c1 reported what it owned; afterwards the global map of both.
+            assert {unique_topic: {0, 1, 2, 3}} in listener.released
+            consumer_id, global_map = listener.started[-1]
+            assert consumer_id == me
+            owners = {str(t) for t in global_map[unique_topic].values()}
+            assert owners == {f"{c1.consumer_id_string}-0", f"{c2.consumer_id_string}-0"}
+            assert sorted(global_map[unique_topic]) == [0, 1, 2, 3]
+
+
+async def test_ownership_conflict_resolved_within_retries(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str, zk_client: Any
+) -> None:
+    await _topic(zk_kafka_cluster, unique_topic, 2, 10)
+    # Another session holds partition 0 (a previous owner that has not released yet).
+    blocker = layout.owner_path(unique_group_id, unique_topic, 0)
+    await zk_client.ensure_path(layout.owners_dir(unique_group_id, unique_topic))
+    await zk_client.create(blocker, b"someone-else-0", ephemeral=True)
+    config = config_for(zk_kafka_cluster, unique_group_id, rebalance_backoff_ms=5000)
+    async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
+        done = anyio.Event()
+
+        async def subscribe() -> None:
+            await c.create_message_streams({unique_topic: 1})
+            done.set()
+
+        tg.start_soon(subscribe)
+        with anyio.fail_after(30):
+            while c.statistics().failed_rebalance_attempts == 0:
+                await c.wait_for_state_change()
+        # The failed attempt undid its other claim: no owner node of ours is left behind.
+        assert await owner_nodes(zk_client, unique_group_id, unique_topic) == {0: "someone-else-0"}
+        await zk_client.delete(blocker)
+        with anyio.fail_after(30):
+            await done.wait()
+        stats = c.statistics()
+        assert stats.state is ConnectorState.RUNNING
+        assert len(stats.owned_partitions) == 2
+        assert stats.rebalances[-1].attempts == 2
+        # Waiting for the deletion, not the 5 s backoff.
+        assert stats.rebalances[-1].duration_s < 5
+
+
+async def test_wildcard_consumes_topics_created_later(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    first, later, other = f"{unique_topic}.a", f"{unique_topic}.b", f"x{unique_topic}"
+    await _topic(zk_kafka_cluster, first, 2, 5)
+    await _topic(zk_kafka_cluster, other, 1, 5)
+    seen = Seen()
+    config = config_for(zk_kafka_cluster, unique_group_id)
+    async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
+        streams = await c.create_message_streams_by_filter(Whitelist(f" '{unique_topic}\\..*' "), 2)
+        assert len(streams) == 2
+        for s in streams:
+            tg.start_soon(drain, s, 0, seen)
+        await seen.wait_until(lambda: len(seen.pairs) >= 10)
+        await _topic(zk_kafka_cluster, later, 3, 4)
+        await seen.wait_until(lambda: len(seen.pairs) >= 22)
+        owned = {(tp.topic, tp.partition) for tp in c.statistics().owned_partitions}
+        assert owned == {(first, 0), (first, 1), (later, 0), (later, 1), (later, 2)}
+        tg.cancel_scope.cancel()
+    assert len(seen.pairs) == 22  # nothing of the topic the filter does not match
+
+
+async def test_malformed_registration_of_another_member_is_left_out(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str, zk_client: Any
+) -> None:
+    await _topic(zk_kafka_cluster, unique_topic, 2, 3)
+    await zk_client.ensure_path(layout.ids_dir(unique_group_id))
+    await zk_client.create(layout.ids_path(unique_group_id, "bogus"), b"{not json", ephemeral=True)
+    seen = Seen()
+    config = config_for(zk_kafka_cluster, unique_group_id)
+    async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
+        streams = await c.create_message_streams({unique_topic: 1})
+        tg.start_soon(drain, streams[unique_topic][0], 0, seen)
+        await seen.wait_until(lambda: len(seen.pairs) >= 6)
+        assert c.state is ConnectorState.RUNNING
+        assert len(c.statistics().owned_partitions) == 2
+        tg.cancel_scope.cancel()
+
+
+async def test_decoders_and_batches(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    await _topic(zk_kafka_cluster, unique_topic, 1, 50)
+    config = config_for(zk_kafka_cluster, unique_group_id)
+    async with ZookeeperConsumerConnector(config) as c:
+        streams = await c.create_message_streams(
+            {unique_topic: 1}, key_decoder=bytes.decode, value_decoder=lambda b: b.upper()
+        )
+        got = []
+        with anyio.fail_after(30):
+            async for batch in streams[unique_topic][0].batches(max_records=20):
+                assert 1 <= len(batch) <= 20
+                got.extend(batch)
+                if len(got) >= 50:
+                    break
+        assert [m.offset for m in got] == list(range(50))
+        assert got[7].key == "k" and got[7].value == b"0-7".upper()
