@@ -10,7 +10,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 
 from aiozkconsumer.errors import ConsumerTimeoutError, MessageSizeTooLargeError
-from aiozkconsumer.records import FetchedDataChunk, PartitionTopicInfo
+from aiozkconsumer.records import FetchedDataChunk, MessageAndMetadata, PartitionTopicInfo
 from aiozkconsumer.stream import SHUTDOWN_COMMAND, ChunkQueue, KafkaStream
 
 
@@ -119,3 +119,63 @@ async def test_blocked_reader_applies_backpressure() -> None:
     stream = KafkaStream(queue, -1, "c", "t-0")
     assert [o for _, o in await take(stream, 2)] == [0, 1]
     await put
+
+
+async def test_closed_gate_holds_records_until_reopened() -> None:
+    from aiozkconsumer.records import OwnershipGate
+
+    queue: ChunkQueue = ChunkQueue(maxsize=2)
+    gate = OwnershipGate()
+    info = PartitionTopicInfo("t", 0, queue, 0, 0, 1 << 20, "c", gate=gate)
+    stream = KafkaStream(queue, 100, "c", "t-0")
+    queue.put_nowait(FetchedDataChunk([batch(0, 3)], info, 0))
+    it = stream.__aiter__()
+    assert (await it.__anext__()).offset == 0
+    gate.close()
+    # Held back, not lost: the timeout fires and the record is still there afterwards.
+    with pytest.raises(ConsumerTimeoutError):
+        await it.__anext__()
+    assert info.consumed_offset == 1
+    gate.reopen()
+    assert [(await it.__anext__()).offset for _ in range(2)] == [1, 2]
+
+
+async def test_batches_take_what_is_ready_and_end_with_the_stream() -> None:
+    queue: ChunkQueue = ChunkQueue(maxsize=3)
+    info = pti(queue)
+    stream = KafkaStream(queue, -1, "c", "t-0")
+    queue.put_nowait(FetchedDataChunk([batch(0, 5)], info, 0))
+    queue.put_nowait(FetchedDataChunk([batch(5, 5)], info, 5))
+    queue.put_nowait(SHUTDOWN_COMMAND)
+    sizes = [len(b) async for b in stream.batches(max_records=4)]
+    assert sizes == [4, 4, 2]
+    assert info.consumed_offset == 10
+    with pytest.raises(ValueError):
+        await stream.batches(max_records=0).__anext__()
+
+
+async def test_decoders_apply_to_non_null_fields_only() -> None:
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    builder.append(0, 1, None, b"a", [])
+    builder.append(1, 1, b"k", None, [])
+    records = MemoryRecords(bytes(builder.build()))
+    queue: ChunkQueue = ChunkQueue(maxsize=1)
+    calls: list[bytes] = []
+
+    def decode(b: bytes) -> str:
+        calls.append(b)
+        return b.decode()
+
+    stream = KafkaStream(queue, -1, "c", "t-0", key_decoder=decode, value_decoder=decode)
+    queue.put_nowait(FetchedDataChunk([records.next_batch()], pti(queue), 0))
+    first, second = await take_msgs(stream, 2)
+    assert (first.key, first.value) == (None, "a")
+    assert (second.key, second.value) == ("k", None)
+    assert calls == [b"a", b"k"]
+
+
+async def take_msgs(stream: KafkaStream, n: int) -> list[MessageAndMetadata]:
+    it = stream.__aiter__()
+    return [await it.__anext__() for _ in range(n)]
