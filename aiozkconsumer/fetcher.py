@@ -268,6 +268,26 @@ class FetcherManager:
         self.partition_map = {}
         self._no_leader = {}
 
+    def add_partitions(self, ptis: Iterable[PartitionTopicInfo]) -> None:
+        """Start fetching more partitions while the others go on (incremental rebalance)."""
+        for pti in ptis:
+            self.partition_map[pti.tp] = pti
+            self._no_leader[pti.tp] = pti
+        if self._no_leader:
+            self._no_leader_event.set()
+
+    def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop fetching partitions; the others go on.
+
+        A fetch in flight for them is discarded when it returns; a chunk already being put into
+        a queue reaches it marked inactive and is dropped by the iterator.
+        """
+        for tp in tps:
+            self.partition_map.pop(tp, None)
+            self._no_leader.pop(tp, None)
+            for fetcher in self.fetchers.values():
+                fetcher.partitions.pop(tp, None)
+
     def add_partitions_with_error(self, ptis: Iterable[PartitionTopicInfo]) -> None:
         """Give partitions back to the leader finder (``addPartitionsWithError``)."""
         for pti in ptis:

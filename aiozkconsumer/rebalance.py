@@ -4,12 +4,19 @@
 their partitions) it returns the global assignment, exactly as the original's assignors (every
 member computes the same plan from the same view). ``Rebalancer`` performs one
 ``syncedRebalance`` (``ZookeeperConsumerConnector.scala``, 0.10.2, §3.4–3.5 of the reference):
-stop fetchers and drop queued chunks, commit consumed offsets (auto-commit on), release owner
-nodes, assign from a fresh view, read offsets, claim owner nodes (undoing the attempt on any
-conflict), start fetchers; up to ``rebalance.max.retries`` attempts.
+assign from a fresh view, release what moves (stop handing it out and fetching it, commit its
+consumed offsets with auto-commit on, call the listener, delete its owner nodes), read the
+committed offsets of what is new, claim its owner nodes (undoing the claims of the attempt on
+any conflict), start fetching it; up to ``rebalance.max.retries`` attempts.
 
-Beyond the original: after a failed claim it waits for the blocking owner nodes to be deleted
-(a ZooKeeper watch) instead of always sleeping the full ``rebalance.backoff.ms``.
+Beyond the original:
+
+- Incremental: partitions whose owner does not change keep their owner node, their fetcher and
+  their place in the stream; a member joining does not stop the whole group. The original
+  released and re-claimed everything on every rebalance. The ZooKeeper layout is unchanged, and
+  a member running the original computes the same plan, so it never claims what we keep.
+- After a failed claim it waits for the blocking owner nodes to be deleted (a ZooKeeper watch)
+  instead of always sleeping the full ``rebalance.backoff.ms``.
 """
 
 from __future__ import annotations
@@ -82,6 +89,9 @@ class RebalanceRecord:
         partitions: the partitions owned afterwards.
         reason: what triggered it.
         members: the group's members (consumer id strings) the last attempt assigned over.
+        kept: partitions that stayed with this member and kept fetching throughout.
+        released: partitions this member gave up.
+        acquired: partitions this member claimed.
     """
 
     started_at: float
@@ -91,6 +101,9 @@ class RebalanceRecord:
     partitions: tuple[TopicPartition, ...]
     reason: str
     members: tuple[str, ...] = ()
+    kept: int = 0
+    released: int = 0
+    acquired: int = 0
 
 
 class Rebalancer:
@@ -104,6 +117,7 @@ class Rebalancer:
         self.c = connector
         self.history: list[RebalanceRecord] = []
         self.failed_attempts = 0
+        self.last_moves = (0, 0, 0)
         self._members: tuple[str, ...] = ()
 
     async def synced_rebalance(self, reason: str) -> None:
@@ -126,6 +140,7 @@ class Rebalancer:
                 "[%s] begin rebalancing (attempt %d, %s)", c.consumer_id_string, attempt, reason
             )
             blocking: list[str] = []
+            self.last_moves = (0, 0, 0)
             try:
                 done = await self._rebalance(blocking)
             except (ConsumerError, MalformedZookeeperDataError, ZookeeperError) as e:
@@ -134,14 +149,17 @@ class Rebalancer:
             if done:
                 self._record(started, t0, attempt, True, reason)
                 return
-            # A failed attempt: own nothing, fetch nothing, then wait before the next one.
+            # A failed attempt keeps what it kept (it still holds those owner nodes, so nobody
+            # else can take them) and waits before the next one.
             self.failed_attempts += 1
             c.rebalance_attempt_failed()
-            await self._close_fetchers(commit=True)
             if blocking:
                 await c.zk.wait_deleted(blocking, backoff_s)
             else:
                 await anyio.sleep(backoff_s)
+        # Out of attempts: own nothing, fetch nothing, as the original after its last attempt.
+        await self._release(list(c.topic_registry))
+        await c.fetcher.stop_connections()
         self._record(started, t0, cfg.rebalance_max_retries, False, reason)
         raise ConsumerRebalanceFailedError(
             f"{c.consumer_id_string} can't rebalance after {cfg.rebalance_max_retries} retries"
@@ -157,6 +175,9 @@ class Rebalancer:
             partitions=tuple(sorted(self.c.topic_registry)),
             reason=reason,
             members=self._members,
+            kept=self.last_moves[0],
+            released=self.last_moves[1],
+            acquired=self.last_moves[2],
         )
         self.history.append(rec)
         log.info(
@@ -168,41 +189,38 @@ class Rebalancer:
             len(rec.partitions),
         )
 
-    async def _close_fetchers(self, *, commit: bool) -> None:
-        """Stop fetchers, drop queued chunks, commit consumed offsets (``closeFetchersForQueues``).
+    async def _release(self, tps: Iterable[TopicPartition]) -> None:
+        """Give up partitions: stop handing them out and fetching them, commit, delete owners.
 
-        Fetchers stop before ownership is released, so no record of a partition another
-        consumer may already own is handed out (the original's rationale). The partitions are
-        marked inactive too, so a chunk a stream is iterating is dropped at its next record.
+        The original's ``closeFetchersForQueues`` + ``releasePartitionOwnership``, for the
+        partitions that move: they are marked inactive first (no record of them is handed out
+        any more, and queued chunks of them are dropped by the iterators), their consumed
+        offsets are committed while we still own them (auto-commit on), the listener's
+        ``before_releasing_partitions`` sees them, then their owner nodes are deleted.
         """
         c = self.c
-        await c.fetcher.stop_connections()
-        for queue in c.queues():
-            while not queue.empty():
-                queue.get_nowait()
-        for stream in c.streams():
-            stream.clear()
-        if commit and c.config.auto_commit_enable:
-            try:
-                await c.commit_offsets()
-            except ZookeeperError as e:
-                log.warning("[%s] commit before rebalance failed: %s", c.consumer_id_string, e)
-
-    async def _release(self) -> None:
-        """Delete our owner nodes (``releasePartitionOwnership``); the registry becomes empty."""
-        c = self.c
         registry = c.topic_registry
-        for pti in registry.values():
+        released = {tp: registry[tp] for tp in tps if tp in registry}
+        if not released:
+            return
+        for pti in released.values():
             pti.active = False
-        if c.listener is not None and registry:
+        c.fetcher.remove_partitions(released)
+        if c.config.auto_commit_enable:
+            try:
+                await c.offset_store.commit({tp: p.consumed_offset for tp, p in released.items()})
+            except ZookeeperError as e:
+                log.warning("[%s] commit before release failed: %s", c.consumer_id_string, e)
+        if c.listener is not None:
             ownership: dict[str, set[int]] = {}
-            for tp in registry:
+            for tp in released:
                 ownership.setdefault(tp.topic, set()).add(tp.partition)
             await c.listener.before_releasing_partitions(ownership)
-        for tp in list(registry):
+        for tp in sorted(released):
             await c.zk.delete(layout.owner_path(c.config.group_id, tp.topic, tp.partition))
-        c.offset_store.forget(registry)
-        c.topic_registry = {}
+        c.offset_store.forget(released)
+        c.topic_registry = {tp: p for tp, p in registry.items() if tp not in released}
+        c.owned_partitions_changed()
 
     async def _rebalance(self, blocking: list[str]) -> bool:
         """One attempt (``rebalance(cluster)``). Returns ``True`` on success.
@@ -229,9 +247,6 @@ class Rebalancer:
                 c.watch_broker_ids()
                 return True
             all_topics = await zk.get_children(layout.BROKER_TOPICS_PATH) or []
-        await self._close_fetchers(commit=True)
-        await self._release()
-
         members = sorted(await zk.get_children(layout.ids_dir(group)) or [])
         self._members = tuple(members)
         topic_counts: dict[str, TopicCount] = {}
@@ -271,28 +286,40 @@ class Rebalancer:
             strategy=cfg.partition_assignment_strategy,
         )
         mine = assignment.get(me, {})
-        offsets = await c.offset_store.fetch(mine)
+
+        # Incremental: partitions that stay ours (same stream) keep fetching and keep their
+        # owner nodes; only the ones that move are released, and only new ones claimed. Every
+        # member computes the same plan, so nobody else claims what we keep.
+        registry = c.topic_registry
+        keep = {
+            tp
+            for tp, tid in mine.items()
+            if tp in registry
+            and registry[tp].active
+            and registry[tp].queue is c.queue_for(tp.topic, tid)
+        }
+        await self._release([tp for tp in registry if tp not in keep])
+        acquire = {tp: tid for tp, tid in mine.items() if tp not in keep}
+        offsets = await c.offset_store.fetch(acquire)
         if c.closing:
             return False
-
-        new_registry: dict[TopicPartition, PartitionTopicInfo] = {}
-        for tp, thread_id in mine.items():
-            queue = c.queue_for(tp.topic, thread_id)
+        new_ptis: dict[TopicPartition, PartitionTopicInfo] = {}
+        for tp, thread_id in acquire.items():
             offset = offsets[tp]
-            new_registry[tp] = PartitionTopicInfo(
+            new_ptis[tp] = PartitionTopicInfo(
                 topic=tp.topic,
                 partition=tp.partition,
-                queue=queue,
+                queue=c.queue_for(tp.topic, thread_id),
                 consumed_offset=offset,
                 fetched_offset=offset,
                 fetch_size=cfg.fetch_message_max_bytes,
                 client_id=cfg.effective_client_id,
                 gate=c.gate,
             )
-
-        if not await self._claim(mine, blocking):
+        if not await self._claim(acquire, blocking):
             return False
-        c.topic_registry = new_registry
+        c.topic_registry = {**c.topic_registry, **new_ptis}
+        self.last_moves = (len(keep), len(registry) - len(keep), len(new_ptis))
         c.owned_partitions_changed()
         if c.listener is not None:
             global_view: dict[str, dict[int, ConsumerThreadId]] = {}
@@ -300,9 +327,12 @@ class Rebalancer:
                 for tp, tid in per_consumer.items():
                     global_view.setdefault(tp.topic, {})[tp.partition] = tid
             await c.listener.before_starting_fetchers(me, global_view)
-        if new_registry:
+        if new_ptis:
             await c.ensure_kafka(brokers)
-            await c.fetcher.start_connections(new_registry.values(), c.task_group)
+            if c.fetcher.running:
+                c.fetcher.add_partitions(new_ptis.values())
+            else:
+                await c.fetcher.start_connections(c.topic_registry.values(), c.task_group)
         return True
 
     async def _claim(

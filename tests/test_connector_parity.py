@@ -113,13 +113,18 @@ async def test_listener_receives_ownership_and_global_assignment(
         async with ZookeeperConsumerConnector(config) as c2:
             await c2.create_message_streams({unique_topic: 1})
             await wait_settled([c1, c2])
-            # Before releasing, c1 reported what it owned; afterwards the global map of both.
-            assert {unique_topic: {0, 1, 2, 3}} in listener.released
             consumer_id, global_map = listener.started[-1]
             assert consumer_id == me
             owners = {str(t) for t in global_map[unique_topic].values()}
             assert owners == {f"{c1.consumer_id_string}-0", f"{c2.consumer_id_string}-0"}
             assert sorted(global_map[unique_topic]) == [0, 1, 2, 3]
+            # Before releasing, c1 reported exactly the partitions that moved to c2 (the
+            # rebalance is incremental: the partitions c1 keeps are never released).
+            moved = {p for p, t in global_map[unique_topic].items() if t.consumer != me}
+            assert len(moved) == 2
+            assert listener.released == [{unique_topic: moved}]
+            last = c1.statistics().rebalances[-1]
+            assert (last.kept, last.released, last.acquired) == (2, 2, 0)
 
 
 async def test_ownership_conflict_resolved_within_retries(

@@ -318,7 +318,8 @@ def print_summary(result: DemoResult) -> None:
         print(
             f"  member {member}: {rec.reason:<34} {rec.duration_s * 1000:8.1f} ms  "
             f"attempts={rec.attempts} {'ok' if rec.succeeded else 'FAILED'} "
-            f"partitions={len(rec.partitions)}"
+            f"owns={len(rec.partitions)} kept={rec.kept} released={rec.released} "
+            f"acquired={rec.acquired}"
         )
     print("partition  committed(ZooKeeper)  log-end-offset  equal")
     for p, (committed, end) in sorted(result.offsets.items()):
