@@ -31,10 +31,12 @@ from .errors import (
     MalformedZookeeperDataError,
     MessageStreamsExistError,
     NoBrokersError,
+    OffsetStorageError,
+    ZookeeperConnectionError,
     ZookeeperError,
 )
 from .fetcher import FetcherManager
-from .offsets import ZookeeperOffsetStore
+from .offsets import OffsetStore, make_offset_store
 from .rebalance import Rebalancer, RebalanceRecord
 from .records import OwnershipGate, PartitionTopicInfo, TopicPartition
 from .stream import SHUTDOWN_COMMAND, ChunkQueue, Decoder, KafkaStream
@@ -125,7 +127,8 @@ class ConnectorStatistics:
         rebalances: every rebalance so far, oldest first.
         failed_rebalance_attempts: attempts that failed (a conflict, an error) so far.
         session_id: the ZooKeeper session id (``None`` before the first session).
-        zookeeper_commits: offset nodes written so far.
+        zookeeper_commits: offset nodes written to ZooKeeper so far.
+        kafka_commits: partition offsets Kafka accepted so far.
         last_error: the last rebalance failure, if the state is ``REBALANCE_FAILED``.
     """
 
@@ -137,6 +140,7 @@ class ConnectorStatistics:
     failed_rebalance_attempts: int
     session_id: int | None
     zookeeper_commits: int
+    kafka_commits: int
     last_error: BaseException | None
 
 
@@ -193,7 +197,7 @@ class ZookeeperConsumerConnector:
             connection_timeout_ms=config.effective_zookeeper_connection_timeout_ms,
         )
         self.kafka: KafkaClient | None = None
-        self.offset_store = ZookeeperOffsetStore(self.zk, config.group_id)
+        self.offset_store: OffsetStore = make_offset_store(config, self.zk, self.ensure_kafka)
         self.fetcher: FetcherManager = FetcherManager(None, config)  # type: ignore[arg-type]
         self.topic_registry: dict[TopicPartition, PartitionTopicInfo] = {}
         self.listener: ConsumerRebalanceListener | None = None
@@ -355,10 +359,11 @@ class ZookeeperConsumerConnector:
         if self.config.auto_commit_enable and self.topic_registry:
             try:
                 await self.commit_offsets()
-            except ZookeeperError as e:
+            except (ZookeeperError, OffsetStorageError) as e:
                 log.error("[%s] final offset commit failed: %s", self.consumer_id_string, e)
         for pti in self.topic_registry.values():
             pti.active = False
+        await self.offset_store.close()
         await self.zk.close()
         if self.kafka is not None:
             await self.kafka.close()
@@ -592,7 +597,12 @@ class ZookeeperConsumerConnector:
                 request_timeout_ms=self.config.socket_timeout_ms,
                 retry_backoff_ms=self.config.refresh_leader_backoff_ms,
             )
-            await kafka.start()
+            try:
+                await kafka.start()
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await kafka.close()
+                raise
             self.kafka = kafka
             self.fetcher.kafka = kafka
         return self.kafka
@@ -834,19 +844,44 @@ class ZookeeperConsumerConnector:
 
     # -- offsets -------------------------------------------------------------------------
 
-    async def commit_offsets(self) -> int:
-        """Commit the consumed offset of every owned partition to ZooKeeper.
+    async def commit_offsets(
+        self,
+        offsets: Mapping[TopicPartition, int] | None = None,
+        *,
+        retry_on_failure: bool = True,
+    ) -> int:
+        """Commit offsets to the group's offset storage (``offsets.storage``).
 
-        As ``commitOffsets`` with ZooKeeper storage: only offsets that changed are written.
+        As ``commitOffsets`` (0.10.2): with no argument, the consumed offset ("next offset to
+        read") of every owned partition; with ``offsets``, exactly those (the selective commit
+        MirrorMaker used, 0.9+). ZooKeeper storage writes only offsets that changed; Kafka
+        storage always commits in full (KAFKA-1510); dual commit does both.
+
+        The original's ``retryOnFailure`` was inverted (a single attempt when ``True``); here
+        ``True`` means what it says: ``1 + offsets.commit.max.retries`` attempts, with
+        ``offsets.channel.backoff.ms`` between them.
+
+        Args:
+            offsets: ``{TopicPartition: next offset to read}``; ``None`` = consumed offsets.
+            retry_on_failure: retry failed Kafka commits (ZooKeeper writes are not retried).
 
         Returns:
-            The number of offset nodes written.
+            The number of partitions written.
 
         Raises:
-            ZookeeperConnectionError: ZooKeeper is unreachable; the next commit retries.
+            ZookeeperConnectionError: the ZooKeeper session is suspended (nothing is committed
+                while another member may own the partitions) or ZooKeeper is unreachable.
+            OffsetCommitError: Kafka refused some offsets after every attempt.
         """
-        offsets = {tp: pti.consumed_offset for tp, pti in self.topic_registry.items()}
-        return await self.offset_store.commit(offsets)
+        if not self.gate.open:
+            raise ZookeeperConnectionError(
+                "the ZooKeeper session is suspended: not committing while another member may "
+                "own the partitions"
+            )
+        if offsets is None:
+            offsets = {tp: pti.consumed_offset for tp, pti in self.topic_registry.items()}
+        retries = self.config.offsets_commit_max_retries if retry_on_failure else 0
+        return await self.offset_store.commit(offsets, retries=retries)
 
     async def _auto_commit(self) -> None:
         interval = self.config.auto_commit_interval_ms / 1000
@@ -856,7 +891,7 @@ class ZookeeperConsumerConnector:
                 continue  # the session is in doubt: another member may own the partitions
             try:
                 await self.commit_offsets()
-            except ZookeeperError as e:
+            except (ZookeeperError, OffsetStorageError) as e:
                 log.warning("[%s] auto-commit failed: %s", self.consumer_id_string, e)
 
     # -- introspection -------------------------------------------------------------------
@@ -871,7 +906,8 @@ class ZookeeperConsumerConnector:
             rebalances=tuple(self._rebalancer.history),
             failed_rebalance_attempts=self._rebalancer.failed_attempts,
             session_id=self.zk.session_id,
-            zookeeper_commits=self.offset_store.commits,
+            zookeeper_commits=self.offset_store.zookeeper_commits,
+            kafka_commits=self.offset_store.kafka_commits,
             last_error=self._last_error,
         )
 

@@ -8,18 +8,29 @@ Python spelling.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .records import TopicPartition
+
 __all__ = [
     "BrokerNotAvailableError",
     "ConsumerClosedError",
     "ConsumerError",
     "ConsumerRebalanceFailedError",
     "ConsumerTimeoutError",
+    "CorruptRecordError",
     "InvalidConfigError",
     "KafkaConnectionError",
     "MalformedZookeeperDataError",
     "MessageSizeTooLargeError",
     "MessageStreamsExistError",
     "NoBrokersError",
+    "OffsetCommitError",
+    "OffsetFetchError",
+    "OffsetOutOfRangeError",
+    "OffsetStorageError",
     "UnknownTopicError",
     "ZookeeperConnectionError",
     "ZookeeperError",
@@ -133,3 +144,115 @@ class UnknownTopicError(ConsumerError, LookupError):
     def __init__(self, topic: str, message: str | None = None) -> None:
         super().__init__(message or f"unknown topic {topic!r}")
         self.topic = topic
+
+
+class OffsetStorageError(ConsumerError):
+    """Base class of failures to commit or read offsets in Kafka (``offsets.storage=kafka``).
+
+    ZooKeeper-storage failures stay ``ZookeeperError``, as the original let ZooKeeper
+    exceptions through ``commitOffsets`` unchanged.
+    """
+
+
+class OffsetCommitError(OffsetStorageError):
+    """Some offsets were not committed to Kafka after every attempt the commit was allowed.
+
+    Partitions the coordinator accepted stay committed (and, with ``dual.commit.enabled``,
+    written to ZooKeeper); the next commit sends the failed ones again.
+
+    Attributes:
+        failed: ``{partition: reason}`` of the partitions not committed, the reason being
+            Kafka's error name (``"NOT_COORDINATOR (16)"``) or why no answer came.
+        committed: number of partitions the coordinator accepted.
+        attempts: number of OffsetCommit attempts made (``1 + retries``).
+    """
+
+    def __init__(
+        self,
+        group: str,
+        failed: Mapping[TopicPartition, str],
+        *,
+        committed: int,
+        attempts: int,
+    ) -> None:
+        shown = ", ".join(f"{tp}: {why}" for tp, why in sorted(failed.items())[:5])
+        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+        super().__init__(
+            f"offset commit of group {group!r} failed for {len(failed)} partition(s) after "
+            f"{attempts} attempt(s) ({committed} committed): {shown}{more}"
+        )
+        self.failed = dict(failed)
+        self.committed = committed
+        self.attempts = attempts
+
+
+class OffsetFetchError(OffsetStorageError):
+    """Committed offsets could not be read from Kafka.
+
+    Raised when the coordinator did not answer (or kept answering with a retriable error)
+    within the fetch time limit, or answered with an error that retrying cannot fix (an
+    authorization failure). The original looped forever here while holding the rebalance
+    lock.
+
+    Attributes:
+        partitions: the partitions whose offsets were asked for.
+        attempts: number of OffsetFetch attempts made.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        partitions: Iterable[TopicPartition],
+        reason: str,
+        *,
+        attempts: int,
+    ) -> None:
+        self.partitions = tuple(sorted(partitions))
+        self.attempts = attempts
+        super().__init__(
+            f"reading committed offsets of group {group!r} ({len(self.partitions)} "
+            f"partition(s)) from Kafka failed after {attempts} attempt(s): {reason}"
+        )
+
+
+class OffsetOutOfRangeError(ConsumerError):
+    """A fetch asked for an offset the partition does not hold (``OFFSET_OUT_OF_RANGE``).
+
+    As the original's ``OffsetOutOfRangeException`` from ``SimpleConsumer.fetch``: the offset is
+    below the log start offset (deleted by retention) or beyond the log end offset.
+
+    Attributes:
+        topic: the topic's name.
+        partition: the partition number.
+        offset: the offset that was asked for.
+        earliest: the log start offset when the error was raised, ``None`` if it could not be
+            read.
+        latest: the log end offset (high watermark) when the error was raised, ``None`` if it
+            could not be read. Fetching at exactly ``latest`` is valid (it returns no records).
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        earliest: int | None,
+        latest: int | None,
+    ) -> None:
+        valid = (
+            f"valid offsets are {earliest}..{latest} (log start offset..log end offset)"
+            if earliest is not None and latest is not None
+            else "the valid range could not be read"
+        )
+        super().__init__(
+            f"offset {offset} is out of range for partition [{topic},{partition}]; {valid}"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.earliest = earliest
+        self.latest = latest
+
+
+class CorruptRecordError(ConsumerError):
+    """A fetched record batch does not parse (``CorruptRecordException``)."""

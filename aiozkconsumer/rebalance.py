@@ -35,6 +35,7 @@ from .errors import (
     ConsumerError,
     ConsumerRebalanceFailedError,
     MalformedZookeeperDataError,
+    OffsetStorageError,
     ZookeeperError,
 )
 from .records import PartitionTopicInfo, TopicPartition
@@ -208,8 +209,11 @@ class Rebalancer:
         c.fetcher.remove_partitions(released)
         if c.config.auto_commit_enable:
             try:
-                await c.offset_store.commit({tp: p.consumed_offset for tp, p in released.items()})
-            except ZookeeperError as e:
+                await c.offset_store.commit(
+                    {tp: p.consumed_offset for tp, p in released.items()},
+                    retries=c.config.offsets_commit_max_retries,
+                )
+            except (ZookeeperError, OffsetStorageError) as e:
                 log.warning("[%s] commit before release failed: %s", c.consumer_id_string, e)
         if c.listener is not None:
             ownership: dict[str, set[int]] = {}

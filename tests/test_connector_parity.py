@@ -217,3 +217,86 @@ async def test_decoders_and_batches(
                     break
         assert [m.offset for m in got] == list(range(50))
         assert got[7].key == "k" and got[7].value == b"0-7".upper()
+
+
+async def _kafka_group_offsets(cluster: LocalCluster, group: str) -> dict[tuple[str, int], int]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    await admin.start()
+    try:
+        got = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return {(tp.topic, tp.partition): meta.offset for tp, meta in got.items()}
+
+
+@pytest.mark.parametrize("dual", [False, True], ids=["kafka", "dual"])
+async def test_kafka_offset_storage_is_what_kafka_tools_show(
+    zk_kafka_cluster: LocalCluster,
+    unique_topic: str,
+    unique_group_id: str,
+    zk_client: Any,
+    dual: bool,
+) -> None:
+    await _topic(zk_kafka_cluster, unique_topic, 2, 25)
+    config = config_for(
+        zk_kafka_cluster,
+        unique_group_id,
+        offsets_storage="kafka",
+        dual_commit_enabled=dual,
+        bootstrap_servers=zk_kafka_cluster.bootstrap_servers,
+    )
+    seen = Seen()
+    async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
+        streams = await c.create_message_streams({unique_topic: 1})
+        tg.start_soon(drain, streams[unique_topic][0], 0, seen)
+        await seen.wait_until(lambda: len(seen.pairs) >= 50)
+        tg.cancel_scope.cancel()
+    # What Kafka's own kafka-consumer-groups --describe reads: the group's committed offsets.
+    assert await _kafka_group_offsets(zk_kafka_cluster, unique_group_id) == {
+        (unique_topic, 0): 25,
+        (unique_topic, 1): 25,
+    }
+    zk_offset = await zk_client.exists(layout.offset_path(unique_group_id, unique_topic, 0))
+    assert zk_offset == dual  # dual commit writes ZooKeeper too; Kafka storage alone does not
+
+
+async def test_selective_commit_of_explicit_offsets(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str, zk_client: Any
+) -> None:
+    from aiozkconsumer import TopicPartition
+
+    await _topic(zk_kafka_cluster, unique_topic, 2, 5)
+    config = config_for(zk_kafka_cluster, unique_group_id, auto_commit_enable=False)
+    async with ZookeeperConsumerConnector(config) as c:
+        await c.create_message_streams({unique_topic: 1})
+        written = await c.commit_offsets({TopicPartition(unique_topic, 1): 3})
+        assert written == 1
+        data = await zk_client.get_data(layout.offset_path(unique_group_id, unique_topic, 1))
+        assert layout.decode_offset(data) == 3
+        assert not await zk_client.exists(layout.offset_path(unique_group_id, unique_topic, 0))
+
+
+async def test_malformed_offset_node_is_logged_and_reset(
+    zk_kafka_cluster: LocalCluster,
+    unique_topic: str,
+    unique_group_id: str,
+    zk_client: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await _topic(zk_kafka_cluster, unique_topic, 1, 4)
+    path = layout.offset_path(unique_group_id, unique_topic, 0)
+    await zk_client.ensure_path(layout.offsets_dir(unique_group_id, unique_topic))
+    await zk_client.create(path, b"not-an-offset")
+    seen = Seen()
+    config = config_for(zk_kafka_cluster, unique_group_id, auto_offset_reset="smallest")
+    async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
+        streams = await c.create_message_streams({unique_topic: 1})
+        tg.start_soon(drain, streams[unique_topic][0], 0, seen)
+        await seen.wait_until(lambda: len(seen.pairs) >= 4)
+        assert c.state is ConnectorState.RUNNING
+        tg.cancel_scope.cancel()
+    assert any(path in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+    # The final commit replaced the garbage.
+    assert layout.decode_offset(await zk_client.get_data(path)) == 4
