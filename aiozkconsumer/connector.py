@@ -124,6 +124,11 @@ class ConnectorStatistics:
         consumer_id: the consumer id string (``<group>_<consumer.id>``).
         owned_partitions: partitions owned now, sorted.
         consumed_offsets: next offset to hand out, per owned partition.
+        committed_offsets: the last offset committed (or read at claim time), per owned
+            partition.
+        lag: per owned partition, the high watermark of the last fetch response minus the
+            consumed offset (records not yet handed out); absent before the first fetch.
+        generation: successful rebalances so far.
         rebalances: every rebalance so far, oldest first.
         failed_rebalance_attempts: attempts that failed (a conflict, an error) so far.
         session_id: the ZooKeeper session id (``None`` before the first session).
@@ -136,6 +141,9 @@ class ConnectorStatistics:
     consumer_id: str
     owned_partitions: tuple[TopicPartition, ...]
     consumed_offsets: Mapping[TopicPartition, int]
+    committed_offsets: Mapping[TopicPartition, int]
+    lag: Mapping[TopicPartition, int]
+    generation: int
     rebalances: tuple[RebalanceRecord, ...]
     failed_rebalance_attempts: int
     session_id: int | None
@@ -200,6 +208,7 @@ class ZookeeperConsumerConnector:
         self.offset_store: OffsetStore = make_offset_store(config, self.zk, self.ensure_kafka)
         self.fetcher: FetcherManager = FetcherManager(None, config)  # type: ignore[arg-type]
         self.topic_registry: dict[TopicPartition, PartitionTopicInfo] = {}
+        self.committed_offsets: dict[TopicPartition, int] = {}
         self.listener: ConsumerRebalanceListener | None = None
         self.closing = False
         self._state = ConnectorState.NEW
@@ -881,7 +890,9 @@ class ZookeeperConsumerConnector:
         if offsets is None:
             offsets = {tp: pti.consumed_offset for tp, pti in self.topic_registry.items()}
         retries = self.config.offsets_commit_max_retries if retry_on_failure else 0
-        return await self.offset_store.commit(offsets, retries=retries)
+        written = await self.offset_store.commit(offsets, retries=retries)
+        self.committed_offsets.update({tp: o for tp, o in offsets.items() if o >= 0})
+        return written
 
     async def _auto_commit(self) -> None:
         interval = self.config.auto_commit_interval_ms / 1000
@@ -903,6 +914,15 @@ class ZookeeperConsumerConnector:
             consumer_id=self.consumer_id_string,
             owned_partitions=tuple(sorted(self.topic_registry)),
             consumed_offsets={tp: p.consumed_offset for tp, p in self.topic_registry.items()},
+            committed_offsets={
+                tp: o for tp, o in self.committed_offsets.items() if tp in self.topic_registry
+            },
+            lag={
+                tp: max(0, hw - self.topic_registry[tp].consumed_offset)
+                for tp, hw in self.fetcher.highwater.items()
+                if tp in self.topic_registry and self.topic_registry[tp].consumed_offset >= 0
+            },
+            generation=sum(1 for r in self._rebalancer.history if r.succeeded),
             rebalances=tuple(self._rebalancer.history),
             failed_rebalance_attempts=self._rebalancer.failed_attempts,
             session_id=self.zk.session_id,

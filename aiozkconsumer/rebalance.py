@@ -209,10 +209,9 @@ class Rebalancer:
         c.fetcher.remove_partitions(released)
         if c.config.auto_commit_enable:
             try:
-                await c.offset_store.commit(
-                    {tp: p.consumed_offset for tp, p in released.items()},
-                    retries=c.config.offsets_commit_max_retries,
-                )
+                final = {tp: p.consumed_offset for tp, p in released.items()}
+                await c.offset_store.commit(final, retries=c.config.offsets_commit_max_retries)
+                c.committed_offsets.update({tp: o for tp, o in final.items() if o >= 0})
             except (ZookeeperError, OffsetStorageError) as e:
                 log.warning("[%s] commit before release failed: %s", c.consumer_id_string, e)
         if c.listener is not None:
@@ -223,6 +222,8 @@ class Rebalancer:
         for tp in sorted(released):
             await c.zk.delete(layout.owner_path(c.config.group_id, tp.topic, tp.partition))
         c.offset_store.forget(released)
+        for tp in released:
+            c.committed_offsets.pop(tp, None)
         c.topic_registry = {tp: p for tp, p in registry.items() if tp not in released}
         c.owned_partitions_changed()
 
@@ -307,6 +308,7 @@ class Rebalancer:
         offsets = await c.offset_store.fetch(acquire)
         if c.closing:
             return False
+        c.committed_offsets.update({tp: o for tp, o in offsets.items() if o >= 0})
         new_ptis: dict[TopicPartition, PartitionTopicInfo] = {}
         for tp, thread_id in acquire.items():
             offset = offsets[tp]

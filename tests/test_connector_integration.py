@@ -63,6 +63,12 @@ async def test_group_of_two_reads_everything_and_commits_log_end(
         assert set(c0.statistics().owned_partitions) | set(c1.statistics().owned_partitions) == {
             TopicPartition(topic4, p) for p in range(4)
         }
+        for c in (c0, c1):
+            stats = c.statistics()
+            assert stats.generation >= 1 and stats.session_id == c.zk.session_id
+            assert set(stats.lag) == set(stats.owned_partitions)
+            assert all(lag == 0 for lag in stats.lag.values())  # everything handed out
+            assert all(o == 2500 for o in stats.consumed_offsets.values())
         tg.cancel_scope.cancel()
     # Every record was handed out (at least once), and nothing beyond the log.
     assert set(seen.pairs) == {(p, o) for p in range(4) for o in range(2500)}
