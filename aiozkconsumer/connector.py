@@ -188,14 +188,19 @@ class ZookeeperConsumerConnector:
 
     Args:
         config: the consumer configuration.
+        fetch: ``False`` makes a member that takes part in the group (registration,
+            rebalances, owner nodes, offsets) but fetches nothing: whoever owns it reads the
+            owned partitions itself (the Spark source plans offset ranges for them) and commits
+            with ``commit_offsets(offsets)``. Its streams stay empty.
 
     Raises:
         ZookeeperConnectionError: (on entering) ZooKeeper did not answer within
             ``zookeeper.connection.timeout.ms``.
     """
 
-    def __init__(self, config: ConsumerConfig) -> None:
+    def __init__(self, config: ConsumerConfig, *, fetch: bool = True) -> None:
         self.config = config
+        self.fetch_enabled = fetch
         self.consumer_id_string = (
             f"{config.group_id}_{config.consumer_id or generate_consumer_id()}"
         )

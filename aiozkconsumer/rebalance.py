@@ -333,7 +333,7 @@ class Rebalancer:
                 for tp, tid in per_consumer.items():
                     global_view.setdefault(tp.topic, {})[tp.partition] = tid
             await c.listener.before_starting_fetchers(me, global_view)
-        if new_ptis:
+        if new_ptis and c.fetch_enabled:
             await c.ensure_kafka(brokers)
             if c.fetcher.running:
                 c.fetcher.add_partitions(new_ptis.values())
