@@ -16,6 +16,7 @@ connector's task group. ``fetch.max.bytes`` is honoured (the original sent ``Int
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -59,6 +60,7 @@ class ConsumerFetcher:
         self.node_id = node_id
         self.fetcher_id = fetcher_id
         self.partitions: dict[TopicPartition, PartitionTopicInfo] = {}
+        self._delivering: set[TopicPartition] = set()
         self._wakeup = anyio.Event()
         self.requests = 0
 
@@ -113,18 +115,22 @@ class ConsumerFetcher:
         config = self.manager.config
         kafka = self.manager.kafka
         backoff_s = config.refresh_leader_backoff_ms / 1000
+        delivering = self._delivering
         while True:
-            if not self.partitions:
+            fetchable = [p for tp, p in self.partitions.items() if tp not in delivering]
+            if not fetchable:
+                # Nothing to fetch until a partition is added or a full queue takes its chunk.
                 self._wakeup = anyio.Event()
                 await self._wakeup.wait()
                 continue
-            to_reset = [p for p in self.partitions.values() if p.fetched_offset < 0]
+            to_reset = [p for p in fetchable if p.fetched_offset < 0]
             if to_reset:
                 await self._reset_offsets(to_reset)
                 continue
             by_topic: dict[str, list[tuple[int, int, int]]] = {}
             offsets: dict[TopicPartition, int] = {}
-            for tp, pti in self.partitions.items():
+            for pti in fetchable:
+                tp = pti.tp
                 by_topic.setdefault(tp.topic, []).append(
                     (tp.partition, pti.fetched_offset, pti.fetch_size)
                 )
@@ -172,9 +178,13 @@ class ConsumerFetcher:
             await anyio.sleep(self.manager.config.refresh_leader_backoff_ms / 1000)
 
     async def _enqueue(self, pti: PartitionTopicInfo, fetch_offset: int, data: Any) -> None:
-        """Parse a partition's record set and put it into its stream's queue.
+        """Parse a partition's record set and hand it to its stream's queue.
 
-        As ``PartitionTopicInfo.enqueue``: the put blocks while the queue is full.
+        As ``PartitionTopicInfo.enqueue``, but without its head-of-line blocking: when the
+        queue is full the chunk waits in a delivery task of its own, and only this partition
+        stops being fetched until the reader takes it; the other partitions of this broker go
+        on. Backpressure stays per stream (``queued.max.message.chunks`` chunks, plus one
+        waiting chunk per partition).
         """
         if not data:
             return
@@ -188,15 +198,34 @@ class ConsumerFetcher:
             batches.append(batch)
             next_offset = batch.next_offset
         if batches:
-            chunk = FetchedDataChunk(batches, pti, fetch_offset)
-            await pti.queue.put(chunk)
-            if pti.active and pti.fetched_offset == fetch_offset:
-                pti.fetched_offset = next_offset
+            self._hand_over(FetchedDataChunk(batches, pti, fetch_offset), next_offset)
         elif records.size_in_bytes() > 0:
             # A batch larger than fetch.message.max.bytes: it can never be returned. Hand the
             # iterator a chunk that raises MessageSizeTooLargeError and stop fetching it.
-            await pti.queue.put(FetchedDataChunk((), pti, fetch_offset, too_large=True))
             self.partitions.pop(pti.tp, None)
+            self._hand_over(FetchedDataChunk((), pti, fetch_offset, too_large=True), fetch_offset)
+
+    def _hand_over(self, chunk: FetchedDataChunk, next_offset: int) -> None:
+        pti = chunk.topic_info
+        try:
+            pti.queue.put_nowait(chunk)
+        except asyncio.QueueFull:
+            self._delivering.add(pti.tp)
+            self.manager.spawn(self._deliver, chunk, next_offset)
+            return
+        if pti.active and pti.fetched_offset == chunk.fetch_offset:
+            pti.fetched_offset = next_offset
+
+    async def _deliver(self, chunk: FetchedDataChunk, next_offset: int) -> None:
+        """Wait for room in a full queue, then let the partition be fetched again."""
+        pti = chunk.topic_info
+        try:
+            await pti.queue.put(chunk)
+            if pti.active and pti.fetched_offset == chunk.fetch_offset:
+                pti.fetched_offset = next_offset
+        finally:
+            self._delivering.discard(pti.tp)
+            self._wakeup.set()
 
 
 class FetcherManager:
@@ -295,6 +324,10 @@ class FetcherManager:
                 self._no_leader[pti.tp] = pti
         if self._no_leader:
             self._no_leader_event.set()
+
+    def spawn(self, fn: Any, *args: Any) -> None:
+        """Run a task owned by the fetchers' task group (cancelled with them)."""
+        self._tg.start_soon(fn, *args)
 
     def record_highwater(self, tp: TopicPartition, highwater: int) -> None:
         """Remember a partition's high watermark from a fetch response."""

@@ -300,3 +300,29 @@ async def test_malformed_offset_node_is_logged_and_reset(
     assert any(path in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
     # The final commit replaced the garbage.
     assert layout.decode_offset(await zk_client.get_data(path)) == 4
+
+
+async def test_a_stalled_stream_does_not_block_the_others(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    # Both partitions live on the one broker, so one fetch loop serves both streams. Thirty
+    # separate sends make thirty record batches per partition, so thirty fetches each.
+    await _topic(zk_kafka_cluster, unique_topic, 2, 0)
+    for i in range(30):
+        await zk_kafka_cluster.produce_to_partitions(
+            unique_topic, {p: [(b"k", b"%d" % (i * 100 + j)) for j in range(100)] for p in (0, 1)}
+        )
+    config = config_for(
+        zk_kafka_cluster,
+        unique_group_id,
+        queued_max_message_chunks=1,
+        fetch_message_max_bytes=2048,  # many small chunks
+    )
+    seen = Seen()
+    async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
+        streams = await c.create_message_streams({unique_topic: 2})
+        # Stream 1 is never read: its queue fills up at once. Stream 0 must still get all.
+        tg.start_soon(drain, streams[unique_topic][0], 0, seen)
+        await seen.wait_until(lambda: len(seen.pairs) >= 3000)
+        assert {p for p, _ in seen.pairs} == {0}
+        tg.cancel_scope.cancel()
