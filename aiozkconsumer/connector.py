@@ -36,6 +36,7 @@ from .errors import (
     ZookeeperError,
 )
 from .fetcher import FetcherManager
+from .metrics import ConsumerMetrics
 from .offsets import OffsetStore, make_offset_store
 from .rebalance import Rebalancer, RebalanceRecord
 from .records import OwnershipGate, PartitionTopicInfo, TopicPartition
@@ -211,9 +212,12 @@ class ZookeeperConsumerConnector:
         )
         self.kafka: KafkaClient | None = None
         self.offset_store: OffsetStore = make_offset_store(config, self.zk, self.ensure_kafka)
-        self.fetcher: FetcherManager = FetcherManager(None, config)  # type: ignore[arg-type]
+        self.metrics = ConsumerMetrics(config.effective_client_id, config.group_id)
+        """The original's metrics (``snapshot()``, ``collector()`` for Prometheus)."""
+        self.fetcher: FetcherManager = FetcherManager(None, config, self.metrics)  # type: ignore[arg-type]
         self.topic_registry: dict[TopicPartition, PartitionTopicInfo] = {}
         self.committed_offsets: dict[TopicPartition, int] = {}
+        self._owned_gauges: dict[str, Any] = {}
         self.listener: ConsumerRebalanceListener | None = None
         self.closing = False
         self._state = ConnectorState.NEW
@@ -313,6 +317,8 @@ class ZookeeperConsumerConnector:
         if self._state is not ConnectorState.NEW:
             raise ConsumerClosedError(f"connector already {self._state.value}")
         await self.zk.start()
+        self.metrics.max_lag()
+        self.metrics.min_fetch_rate()
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -378,6 +384,7 @@ class ZookeeperConsumerConnector:
         for pti in self.topic_registry.values():
             pti.active = False
         await self.offset_store.close()
+        self.metrics.remove_all()
         await self.zk.close()
         if self.kafka is not None:
             await self.kafka.close()
@@ -435,7 +442,7 @@ class ZookeeperConsumerConnector:
         for topic, ids in sorted(topic_count.get_consumer_thread_ids_per_topic().items()):
             streams = []
             for tid in sorted(ids, key=lambda t: t.thread_id):
-                queue = self._new_queue()
+                queue = self._new_queue(topic, tid.thread_id)
                 self._queues[(topic, tid)] = queue
                 streams.append(
                     self._new_stream(queue, f"{topic}-{tid.thread_id}", key_decoder, value_decoder)
@@ -487,7 +494,7 @@ class ZookeeperConsumerConnector:
         self._topic_count = topic_count
         streams = []
         for i in range(num_streams):
-            queue = self._new_queue()
+            queue = self._new_queue(str(topic_filter), i)
             self._wildcard_queues.append(queue)
             streams.append(
                 self._new_stream(queue, f"{topic_filter}-{i}", key_decoder, value_decoder)
@@ -502,8 +509,10 @@ class ZookeeperConsumerConnector:
         if self._state is not ConnectorState.CONNECTED:
             raise ConsumerClosedError(f"cannot create streams: connector is {self._state.value}")
 
-    def _new_queue(self) -> ChunkQueue:
-        return ChunkQueue(maxsize=self.config.queued_max_message_chunks)
+    def _new_queue(self, topic: str, thread_id: int) -> ChunkQueue:
+        queue: ChunkQueue = ChunkQueue(maxsize=self.config.queued_max_message_chunks)
+        self.metrics.fetch_queue_size(topic, thread_id, lambda: float(queue.qsize()))
+        return queue
 
     def _new_stream(
         self,
@@ -682,7 +691,27 @@ class ZookeeperConsumerConnector:
         self._set_state(self._state)
 
     def owned_partitions_changed(self) -> None:
-        """Called by the rebalancer after the registry changed (metrics hook)."""
+        """Keep the ``OwnedPartitionsCount`` gauges (all topics, and per owned topic) in step.
+
+        Called by the rebalancer after the registry changed.
+        """
+        m = self.metrics
+        m.owned_partitions_count(None, lambda: float(len(self.topic_registry)))
+        topics = {tp.topic for tp in self.topic_registry}
+        for topic in topics - self._owned_gauges.keys():
+            self._owned_gauges[topic] = m.owned_partitions_count(topic, self._owned_in(topic))
+        for topic in set(self._owned_gauges) - topics:
+            m.remove(self._owned_gauges.pop(topic))
+
+    def _owned_in(self, topic: str) -> Callable[[], float]:
+        def count() -> float:
+            return float(sum(1 for tp in self.topic_registry if tp.topic == topic))
+
+        return count
+
+    def message_meters(self, topic: str) -> tuple[Any, Any]:
+        """The ``MessagesPerSec`` meters (topic, all topics) a partition's records mark."""
+        return (self.metrics.messages_per_sec(topic), self.metrics.messages_per_sec())
 
     async def _resilient(self, what: str, body: Callable[[], Awaitable[None]]) -> None:
         """Run a watch loop, restarting it after ZooKeeper connection loss or expiry."""
@@ -895,9 +924,22 @@ class ZookeeperConsumerConnector:
         if offsets is None:
             offsets = {tp: pti.consumed_offset for tp, pti in self.topic_registry.items()}
         retries = self.config.offsets_commit_max_retries if retry_on_failure else 0
-        written = await self.offset_store.commit(offsets, retries=retries)
-        self.committed_offsets.update({tp: o for tp, o in offsets.items() if o >= 0})
-        return written
+        return await self.store_commit(offsets, retries)
+
+    async def store_commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
+        """Commit through the offset store, counting the writes in the commit meters."""
+        store = self.offset_store
+        zk_before, kafka_before = store.zookeeper_commits, store.kafka_commits
+        try:
+            return await store.commit(offsets, retries=retries)
+        finally:
+            if store.zookeeper_commits > zk_before:
+                self.metrics.zookeeper_commits_per_sec().mark(store.zookeeper_commits - zk_before)
+            if store.kafka_commits > kafka_before:
+                self.metrics.kafka_commits_per_sec().mark(store.kafka_commits - kafka_before)
+            self.committed_offsets.update(
+                {tp: o for tp, o in offsets.items() if o >= 0 and tp in self.topic_registry}
+            )
 
     async def _auto_commit(self) -> None:
         interval = self.config.auto_commit_interval_ms / 1000

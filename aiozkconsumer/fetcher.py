@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -142,6 +143,7 @@ class ConsumerFetcher:
                 0,  # read_uncommitted, as the original (no transactions then)
                 list(by_topic.items()),
             )
+            started = time.monotonic()
             try:
                 response = await kafka.send(self.node_id, request)
             except BrokerNotAvailableError as e:
@@ -150,6 +152,15 @@ class ConsumerFetcher:
                 await anyio.sleep(backoff_s)
                 continue
             self.requests += 1
+            metrics = self.manager.metrics
+            if metrics is not None:
+                size = sum(len(part[-1] or b"") for _, parts in response.topics for part in parts)
+                metrics.record_fetch(
+                    kafka.broker_address(self.node_id),
+                    (time.monotonic() - started) * 1000.0,
+                    size,
+                    float(getattr(response, "throttle_time_ms", 0) or 0),
+                )
             await self._process_response(response, offsets)
 
     async def _process_response(self, response: Any, offsets: dict[TopicPartition, int]) -> None:
@@ -198,6 +209,11 @@ class ConsumerFetcher:
             batches.append(batch)
             next_offset = batch.next_offset
         if batches:
+            metrics = self.manager.metrics
+            if metrics is not None:
+                size = records.size_in_bytes()
+                metrics.bytes_per_sec(pti.topic).mark(size)
+                metrics.bytes_per_sec().mark(size)
             self._hand_over(FetchedDataChunk(batches, pti, fetch_offset), next_offset)
         elif records.size_in_bytes() > 0:
             # A batch larger than fetch.message.max.bytes: it can never be returned. Hand the
@@ -240,9 +256,11 @@ class FetcherManager:
         config: the connector's ``ConsumerConfig``.
     """
 
-    def __init__(self, kafka: KafkaClient, config: Any) -> None:
+    def __init__(self, kafka: KafkaClient, config: Any, metrics: Any = None) -> None:
         self.kafka = kafka
         self.config = config
+        self.metrics = metrics
+        self._lag_gauges: dict[TopicPartition, Any] = {}
         self.partition_map: dict[TopicPartition, PartitionTopicInfo] = {}
         self.fetchers: dict[tuple[int, int], ConsumerFetcher] = {}
         self.highwater: dict[TopicPartition, int] = {}
@@ -266,6 +284,7 @@ class FetcherManager:
         """
         await self.stop_connections()
         self.partition_map = {p.tp: p for p in ptis}
+        self._register_lag(self.partition_map.values())
         self._no_leader = dict(self.partition_map)
         self._no_leader_event = anyio.Event()
         if self._no_leader:
@@ -294,14 +313,17 @@ class FetcherManager:
             scope.cancel()
             with anyio.CancelScope(shield=True):
                 await done.wait()
+        self._unregister_lag(list(self.partition_map))
         self.partition_map = {}
         self._no_leader = {}
 
     def add_partitions(self, ptis: Iterable[PartitionTopicInfo]) -> None:
         """Start fetching more partitions while the others go on (incremental rebalance)."""
+        ptis = list(ptis)
         for pti in ptis:
             self.partition_map[pti.tp] = pti
             self._no_leader[pti.tp] = pti
+        self._register_lag(ptis)
         if self._no_leader:
             self._no_leader_event.set()
 
@@ -311,11 +333,33 @@ class FetcherManager:
         A fetch in flight for them is discarded when it returns; a chunk already being put into
         a queue reaches it marked inactive and is dropped by the iterator.
         """
+        tps = list(tps)
         for tp in tps:
             self.partition_map.pop(tp, None)
             self._no_leader.pop(tp, None)
             for fetcher in self.fetchers.values():
                 fetcher.partitions.pop(tp, None)
+        self._unregister_lag(tps)
+
+    def _register_lag(self, ptis: Iterable[PartitionTopicInfo]) -> None:
+        """``ConsumerLag`` gauges: high watermark minus fetch offset, -1 before a fetch."""
+        if self.metrics is None:
+            return
+        for pti in ptis:
+
+            def lag(pti: PartitionTopicInfo = pti) -> float:
+                hw = self.highwater.get(pti.tp)
+                return -1.0 if hw is None else float(max(0, hw - pti.fetched_offset))
+
+            self._lag_gauges[pti.tp] = self.metrics.consumer_lag(pti.topic, pti.partition, lag)
+
+    def _unregister_lag(self, tps: Iterable[TopicPartition]) -> None:
+        if self.metrics is None:
+            return
+        for tp in tps:
+            gauge = self._lag_gauges.pop(tp, None)
+            if gauge is not None:
+                self.metrics.remove(gauge)
 
     def add_partitions_with_error(self, ptis: Iterable[PartitionTopicInfo]) -> None:
         """Give partitions back to the leader finder (``addPartitionsWithError``)."""

@@ -987,6 +987,25 @@ class ConsumerMetrics:
                 return metric
         return None
 
+    def record_fetch(
+        self, broker: str, elapsed_ms: float, response_bytes: int, throttle_ms: float
+    ) -> None:
+        """Report one FetchRequest as ``FetchRequestAndResponseStats`` did.
+
+        Updates ``FetchRequestRateAndTimeMs``, ``FetchResponseSize`` and
+        ``FetchRequestThrottleRateAndTimeMs`` for the broker and for all brokers.
+
+        Args:
+            broker: ``"host:port"`` of the broker fetched from.
+            elapsed_ms: request time, milliseconds.
+            response_bytes: record bytes in the response.
+            throttle_ms: the broker's quota throttle time, milliseconds.
+        """
+        for which in (broker, None):
+            self.fetch_request_rate_and_time(which).update(elapsed_ms)
+            self.fetch_response_size(which).update(response_bytes)
+            self.fetch_request_throttle_rate_and_time(which).update(throttle_ms)
+
     def remove(self, metric: Metric) -> bool:
         """Unregister a metric (e.g. a partition's ``ConsumerLag`` when it is released).
 

@@ -122,6 +122,11 @@ class Rebalancer:
         self._members: tuple[str, ...] = ()
 
     async def synced_rebalance(self, reason: str) -> None:
+        """Time ``_synced_rebalance`` in ``RebalanceRateAndTime`` (KAFKA-1446)."""
+        with self.c.metrics.rebalance_rate_and_time().time():
+            await self._synced_rebalance(reason)
+
+    async def _synced_rebalance(self, reason: str) -> None:
         """Run up to ``rebalance.max.retries`` attempts (``syncedRebalance``).
 
         Raises:
@@ -210,8 +215,7 @@ class Rebalancer:
         if c.config.auto_commit_enable:
             try:
                 final = {tp: p.consumed_offset for tp, p in released.items()}
-                await c.offset_store.commit(final, retries=c.config.offsets_commit_max_retries)
-                c.committed_offsets.update({tp: o for tp, o in final.items() if o >= 0})
+                await c.store_commit(final, c.config.offsets_commit_max_retries)
             except (ZookeeperError, OffsetStorageError) as e:
                 log.warning("[%s] commit before release failed: %s", c.consumer_id_string, e)
         if c.listener is not None:
@@ -316,6 +320,7 @@ class Rebalancer:
                 topic=tp.topic,
                 partition=tp.partition,
                 queue=c.queue_for(tp.topic, thread_id),
+                meters=c.message_meters(tp.topic),
                 consumed_offset=offset,
                 fetched_offset=offset,
                 fetch_size=cfg.fetch_message_max_bytes,

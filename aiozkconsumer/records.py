@@ -122,6 +122,8 @@ class PartitionTopicInfo:
         client_id: the ``client.id`` used in metrics.
         active: ``False`` once the partition is released.
         gate: the connector's session gate (records are held back while it is closed).
+        meters: the ``MessagesPerSec`` meters (this topic, all topics) marked per record
+            handed out, or ``None`` without metrics.
     """
 
     topic: str
@@ -133,6 +135,7 @@ class PartitionTopicInfo:
     client_id: str
     active: bool = True
     gate: OwnershipGate = _ALWAYS_OPEN
+    meters: tuple[Any, Any] | None = None
     tp: TopicPartition = field(init=False)
 
     def __post_init__(self) -> None:

@@ -537,13 +537,12 @@ class SimpleConsumer:
         size: int,
     ) -> None:
         """Report one fetch as ``FetchRequestAndResponseStats`` did (broker + all brokers)."""
-        elapsed_ms = (metrics.clock() - started) * 1000.0
-        throttle_ms = float(getattr(response, "throttle_time_ms", 0) or 0)
-        broker = self._client().broker_address(leader)
-        for which in (broker, None):
-            metrics.fetch_request_rate_and_time(which).update(elapsed_ms)
-            metrics.fetch_response_size(which).update(size)
-            metrics.fetch_request_throttle_rate_and_time(which).update(throttle_ms)
+        metrics.record_fetch(
+            self._client().broker_address(leader),
+            (metrics.clock() - started) * 1000.0,
+            size,
+            float(getattr(response, "throttle_time_ms", 0) or 0),
+        )
 
     async def fetch_range(
         self, tp: TopicPartition, start: int, end: int, *, max_bytes: int = 1048576

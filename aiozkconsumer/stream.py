@@ -175,6 +175,10 @@ class ConsumerIterator:
                 self._pending = (pti, record)
                 return pti
             pti.consumed_offset = offset + 1
+            meters = pti.meters
+            if meters is not None:
+                meters[0].mark()
+                meters[1].mark()
             key = record.key
             value = record.value
             if key is not None and self._key_decoder is not None:

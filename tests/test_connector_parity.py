@@ -326,3 +326,40 @@ async def test_a_stalled_stream_does_not_block_the_others(
         await seen.wait_until(lambda: len(seen.pairs) >= 3000)
         assert {p for p, _ in seen.pairs} == {0}
         tg.cancel_scope.cancel()
+
+
+async def test_metrics_follow_the_originals_names(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    await _topic(zk_kafka_cluster, unique_topic, 2, 30)
+    config = config_for(zk_kafka_cluster, unique_group_id, client_id="metrics-test")
+    seen = Seen()
+    async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
+        streams = await c.create_message_streams({unique_topic: 1})
+        tg.start_soon(drain, streams[unique_topic][0], 0, seen)
+        await seen.wait_until(lambda: len(seen.pairs) >= 60)
+        await c.commit_offsets()
+        snap = c.metrics.snapshot()
+        base = "kafka.consumer:type=ZookeeperConsumerConnector,name="
+        topic_meter = (
+            "kafka.consumer:type=ConsumerTopicMetrics,name=MessagesPerSec,"
+            f"clientId=metrics-test,topic={unique_topic}"
+        )
+        assert snap[topic_meter]["Count"] == 60
+        assert snap[f"{base}RebalanceRateAndTime,clientId=metrics-test"]["Count"] >= 1
+        owned = f"{base}OwnedPartitionsCount,clientId=metrics-test,groupId={unique_group_id}"
+        assert snap[owned]["Value"] == 2
+        assert snap[f"{base}ZooKeeperCommitsPerSec,clientId=metrics-test"]["Count"] == 2
+        fetches = (
+            "kafka.consumer:type=FetchRequestAndResponseMetrics,"
+            "name=FetchRequestRateAndTimeMs,clientId=metrics-test"
+        )
+        assert snap[fetches]["Count"] >= 1
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        registry = CollectorRegistry()
+        registry.register(c.metrics.collector())
+        text = generate_latest(registry).decode()
+        assert "kafka_consumer_consumer_topic_metrics_messages_total" in text
+        tg.cancel_scope.cancel()
+    assert len(c.metrics) == 0  # removed on shutdown (KAFKA-1567)
