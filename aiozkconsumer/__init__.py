@@ -24,26 +24,34 @@ from .errors import (
     ConsumerError,
     ConsumerRebalanceFailedError,
     ConsumerTimeoutError,
+    CorruptRecordError,
     InvalidConfigError,
     KafkaConnectionError,
     MalformedZookeeperDataError,
     MessageSizeTooLargeError,
     MessageStreamsExistError,
     NoBrokersError,
+    OffsetCommitError,
+    OffsetFetchError,
+    OffsetOutOfRangeError,
+    OffsetStorageError,
     UnknownTopicError,
     ZookeeperConnectionError,
     ZookeeperError,
     ZookeeperNodeExistsError,
     ZookeeperSessionExpiredError,
 )
+from .metrics import ConsumerMetrics
 from .rebalance import RebalanceRecord
 from .records import MessageAndMetadata, TopicPartition
+from .simple_consumer import FetchResult, SimpleConsumer
 from .stream import ConsumerIterator, KafkaStream
-from .subscription import ConsumerThreadId
+from .subscription import Blacklist, ConsumerThreadId, TopicFilter, Whitelist
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "Blacklist",
     "BrokerNotAvailableError",
     "ConnectorState",
     "ConnectorStatistics",
@@ -51,10 +59,13 @@ __all__ = [
     "ConsumerConfig",
     "ConsumerError",
     "ConsumerIterator",
+    "ConsumerMetrics",
     "ConsumerRebalanceFailedError",
     "ConsumerRebalanceListener",
     "ConsumerThreadId",
     "ConsumerTimeoutError",
+    "CorruptRecordError",
+    "FetchResult",
     "InvalidConfigError",
     "KafkaConnectionError",
     "KafkaStream",
@@ -63,10 +74,17 @@ __all__ = [
     "MessageSizeTooLargeError",
     "MessageStreamsExistError",
     "NoBrokersError",
+    "OffsetCommitError",
+    "OffsetFetchError",
+    "OffsetOutOfRangeError",
+    "OffsetStorageError",
     "RebalanceRecord",
+    "SimpleConsumer",
+    "TopicFilter",
     "TopicPartition",
     "UnknownConfigWarning",
     "UnknownTopicError",
+    "Whitelist",
     "ZookeeperConnectionError",
     "ZookeeperConsumerConnector",
     "ZookeeperError",
