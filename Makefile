@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 jars: $(STAMP)
-	$(VENV)/bin/aiozkconsumer provision
+	$(PY) -m aiozkconsumer.testing.provision --flavour all
 
 demo: jars
 	$(VENV)/bin/aiozkconsumer demo

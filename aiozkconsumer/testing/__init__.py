@@ -1,12 +1,16 @@
-"""Test support: a real local ZooKeeper + Kafka 3.9 cluster and pytest fixtures.
+"""Test support: a real local ZooKeeper + Kafka cluster and pytest fixtures.
 
-- :class:`LocalCluster` starts ZooKeeper and Kafka brokers (ZooKeeper mode) as ``java``
-  processes on free loopback ports, with fault tools (kill/pause/restart a broker,
-  stop/start ZooKeeper, expire a session for real).
+- :class:`LocalCluster` starts ZooKeeper and Kafka brokers as ``java`` processes on free
+  loopback ports, with fault tools (kill/pause/restart a broker, stop/start ZooKeeper,
+  expire a session for real). Two flavours: ``"zookeeper"`` (Kafka 3.9 brokers in ZooKeeper
+  mode, the default) and ``"kraft"`` (Kafka 4.x brokers in KRaft mode; ZooKeeper still runs,
+  for the consumers).
 - :func:`provision_kafka` fetches the jars from Maven Central into a cache directory
-  (``python -m aiozkconsumer.testing.provision`` on the command line).
+  (``python -m aiozkconsumer.testing.provision [--flavour zk|kraft|all]`` on the command
+  line).
 - :mod:`aiozkconsumer.testing.plugin` is a pytest plugin (registered automatically via the
-  ``pytest11`` entry point) with the fixtures ``zk_kafka_cluster``, ``zk_client``,
+  ``pytest11`` entry point) with the fixtures ``zk_kafka_cluster``, ``kraft_cluster``,
+  ``any_cluster`` (parametrized over both), ``zk_client``, ``any_zk_client``,
   ``unique_group_id`` and ``unique_topic``.
 
 The names are imported lazily, so that ``python -m aiozkconsumer.testing.provision`` runs

@@ -1,11 +1,22 @@
-"""A real local ZooKeeper 3.8 + Kafka 3.9 (ZooKeeper mode) cluster for tests and demos.
+"""A real local ZooKeeper 3.8 + Kafka cluster for tests and demos, in two flavours.
 
 :class:`LocalCluster` provisions the jars (:mod:`aiozkconsumer.testing.provision`), starts one
 ZooKeeper and ``brokers`` Kafka brokers as ``java`` child processes on free loopback ports,
-waits until they really serve (ZooKeeper answers ``ruok``; every broker is registered under
-``/brokers/ids`` and answers a Kafka metadata request), and stops them without leaving a
-process behind. It also carries the fault tools the reliability tests use: kill, pause and
-restart a broker, stop and start ZooKeeper, and expire a ZooKeeper session for real.
+waits until they really serve, and stops them without leaving a process behind. It also
+carries the fault tools the reliability tests use: kill, pause and restart a broker, stop and
+start ZooKeeper, and expire a ZooKeeper session for real.
+
+Flavours (the ZooKeeper server, which the consumer group uses, runs in both):
+
+- ``"zookeeper"`` (default): Kafka 3.9 brokers in ZooKeeper mode. They register under
+  ``/brokers`` in ZooKeeper, exactly as the old consumer expects. Ready when ZooKeeper answers
+  ``ruok`` and every broker is registered under ``/brokers/ids`` and answers a metadata
+  request.
+- ``"kraft"``: Kafka 4.x brokers in KRaft mode; they never talk to ZooKeeper (no ``/brokers``
+  tree), so brokers, leaders and partitions are known only from Kafka metadata. Broker 0 is
+  a combined ``broker,controller`` node (a single-voter, dynamic metadata quorum formatted
+  with ``kafka-storage format --standalone``); the other brokers are broker-only nodes.
+  Ready when every broker's metadata response lists all running brokers.
 
 The cluster is usable across event loops: processes are plain :class:`subprocess.Popen`
 objects and every aiokafka/aiozk client is created, used and closed within one call, so a
@@ -20,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import base64
 import contextlib
 import ctypes
 import ctypes.util
@@ -34,10 +46,12 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Coroutine,
     Iterable,
     Iterator,
     Mapping,
@@ -66,7 +80,7 @@ from aiozkconsumer.errors import (
     ZookeeperError,
     ZookeeperSessionExpiredError,
 )
-from aiozkconsumer.testing.provision import provision_kafka, require_tools
+from aiozkconsumer.testing.provision import FLAVOURS, provision_kafka, require_tools
 
 __all__ = [
     "ClusterStartError",
@@ -93,10 +107,20 @@ _STOP_GRACE_S = 15.0
 # maxSessionTimeout (20 x tickTime); 6 s keeps "restart a SIGKILLed broker" (which has to
 # wait for the dead broker's registration to expire) short.
 _BROKER_ZK_SESSION_TIMEOUT_MS = 6000
+# KRaft's equivalent: the controller fences a broker that has not heartbeated for this long
+# (default 9 s). A restarted broker cannot register again before its old session expires,
+# even after a clean shutdown, and a controlled shutdown waits for a heartbeat round trip
+# (default interval 2 s): short values keep restart_broker() and stop() short.
+_KRAFT_BROKER_SESSION_TIMEOUT_MS = 4000
+_KRAFT_BROKER_HEARTBEAT_INTERVAL_MS = 500
+# KRaft: the node that is also the (single) metadata quorum controller.
+_KRAFT_CONTROLLER_ID = 0
 
 _ZK_JVM = ["-Xms64m", "-Xmx256m"]
 _BROKER_JVM = ["-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
 _COMMON_JVM = ["-XX:-UsePerfData", "-Djava.awt.headless=true"]
+# Short-lived tools (kafka-storage format): C1 only starts faster.
+_TOOL_JVM = ["-Xms64m", "-Xmx256m", "-XX:TieredStopAtLevel=1"]
 
 
 class LocalClusterError(ConsumerError):
@@ -444,6 +468,23 @@ async def _topic_metadata(
     return {"topic": topic, "error_code": _UNKNOWN_TOPIC_OR_PARTITION, "partitions": []}
 
 
+_COMMON_BROKER_PROPERTIES: dict[str, object] = {
+    "num.partitions": 1,
+    "offsets.topic.replication.factor": 1,
+    "offsets.topic.num.partitions": 4,
+    "transaction.state.log.replication.factor": 1,
+    "transaction.state.log.min.isr": 1,
+    "transaction.state.log.num.partitions": 4,
+    "group.initial.rebalance.delay.ms": 0,
+    "auto.create.topics.enable": "false",
+    # 2-core machines: fewer threads than the defaults (3 network, 8 I/O).
+    "num.network.threads": 2,
+    "num.io.threads": 4,
+    "num.recovery.threads.per.data.dir": 1,
+}
+"""``server.properties`` entries shared by both flavours (a single-replica test cluster)."""
+
+
 def _free_ports(count: int) -> list[int]:
     """Pick ``count`` distinct free loopback ports (bind to port 0, read, release)."""
     socks: list[socket.socket] = []
@@ -492,11 +533,77 @@ def _log4j_properties(log_file: Path) -> str:
     )
 
 
+def _log4j2_properties(log_file: Path) -> str:
+    """A log4j2 configuration (Kafka 4.x) with the same output as :func:`_log4j_properties`."""
+    return _properties(
+        {
+            "status": "warn",
+            "appender.file.type": "File",
+            "appender.file.name": "FILE",
+            "appender.file.fileName": log_file,
+            "appender.file.append": "true",
+            "appender.file.layout.type": "PatternLayout",
+            "appender.file.layout.pattern": "[%d] %p %m (%c)%n",
+            "rootLogger.level": "INFO",
+            "rootLogger.appenderRef.file.ref": "FILE",
+            "logger.request.name": "kafka.request.logger",
+            "logger.request.level": "WARN",
+            "logger.authorizer.name": "kafka.authorizer.logger",
+            "logger.authorizer.level": "WARN",
+        }
+    )
+
+
+def _new_cluster_id() -> str:
+    """A random KRaft cluster id: 16 bytes, URL-safe base64 without padding (Kafka's ``Uuid``).
+
+    Never starts with ``-`` (the storage tool would read it as an option), as Kafka's own
+    ``Uuid.randomUuid`` avoids.
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+        if not text.startswith("-"):
+            return text
+
+
+def _read_cluster_id(meta_properties: Path) -> str | None:
+    """The ``cluster.id`` of an already formatted log directory (None if not formatted)."""
+    try:
+        lines = meta_properties.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "cluster.id":
+            return value.strip()
+    return None
+
+
+async def _all_or_cancel(coros: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run coroutines concurrently; on the first failure cancel the rest and raise it.
+
+    (``asyncio.gather`` would leave the others running; a ``TaskGroup`` would wrap the
+    error in an ``ExceptionGroup``.)
+    """
+    tasks = [asyncio.ensure_future(coro) for coro in coros]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in tasks:
+            if task.done() and not task.cancelled():
+                exc = task.exception()
+                if exc is not None:
+                    raise exc
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 # --------------------------------------------------------------------------------------------
 
 
 class LocalCluster:
-    """A local ZooKeeper + Kafka 3.9 (ZooKeeper mode) cluster of real ``java`` processes.
+    """A local ZooKeeper + Kafka cluster of real ``java`` processes.
 
     Usage::
 
@@ -505,10 +612,17 @@ class LocalCluster:
             await cluster.produce("payments", [(None, b"x")] * 1000)
             ... ConsumerConfig(zookeeper_connect=cluster.zookeeper_connect, ...)
 
+    Two flavours (see the module docstring): ``"zookeeper"`` runs Kafka 3.9 brokers in
+    ZooKeeper mode; ``"kraft"`` runs Kafka 4.x brokers in KRaft mode, where broker 0 is also
+    the only metadata controller (so killing or pausing broker 0 takes the metadata quorum
+    down too) and the other brokers are broker-only nodes. In both, ZooKeeper runs (from the
+    Kafka 3.9 jars) for the consumers: :attr:`zookeeper_connect` is the ZooKeeper the
+    consumer group uses, whether or not the brokers use it.
+
     The work directory holds ``zookeeper/`` (zoo.cfg, data), ``broker-<id>/``
-    (server.properties, log dirs) and ``logs/<name>.log``. It is removed on :meth:`stop`
-    unless ``keep_work_dir`` is set, a failure was recorded (:meth:`mark_failed`, a failed
-    start, an exception in ``async with``), or the caller supplied ``work_dir``.
+    (server.properties, log config, log dirs) and ``logs/<name>.log``. It is removed on
+    :meth:`stop` unless ``keep_work_dir`` is set, a failure was recorded (:meth:`mark_failed`,
+    a failed start, an exception in ``async with``), or the caller supplied ``work_dir``.
 
     No loop-bound object is kept between calls, so :meth:`start` may run in one event loop
     (``asyncio.run``) and the other coroutines in others. Methods are not safe to call
@@ -523,13 +637,17 @@ class LocalCluster:
         zk_tick_time_ms: ZooKeeper ``tickTime`` in milliseconds (default 500). Sessions may
             negotiate timeouts from 2 x to 20 x this value.
         broker_properties: extra ``server.properties`` entries for every broker; they
-            override the defaults (e.g. ``{"num.partitions": "3"}``).
+            override the defaults (e.g. ``{"num.partitions": "3"}``). Keys must suit the
+            flavour's Kafka (no ``zookeeper.*`` or ``broker.id`` in KRaft: ``node.id``).
         keep_work_dir: keep the work directory after :meth:`stop`.
         startup_timeout_s: seconds each wait for readiness may take (ZooKeeper and brokers
             at start, a restarted server); provisioning the jars is not counted.
+        flavour: ``"zookeeper"`` (default; Kafka 3.9.1 brokers in ZooKeeper mode) or
+            ``"kraft"`` (Kafka 4.3.1 brokers in KRaft mode, not using ZooKeeper).
 
     Raises:
-        ValueError: if ``brokers < 1``, ``zk_tick_time_ms < 1`` or ``startup_timeout_s <= 0``.
+        ValueError: if ``brokers < 1``, ``zk_tick_time_ms < 1``, ``startup_timeout_s <= 0``
+            or ``flavour`` is not ``"zookeeper"`` or ``"kraft"``.
     """
 
     def __init__(
@@ -542,7 +660,10 @@ class LocalCluster:
         broker_properties: Mapping[str, str] | None = None,
         keep_work_dir: bool = False,
         startup_timeout_s: float = 90,
+        flavour: str = "zookeeper",
     ) -> None:
+        if flavour not in FLAVOURS:
+            raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
         if brokers < 1:
             raise ValueError(f"brokers must be at least 1, got {brokers}")
         if zk_tick_time_ms < 1:
@@ -562,11 +683,14 @@ class LocalCluster:
         self._zookeeper: _Server | None = None
         self._brokers: dict[int, _Server] = {}
         self._start_seconds: float | None = None
+        self._flavour = flavour
+        # KRaft only: the storage format command per broker, run before the first start.
+        self._format_cmds: dict[int, list[str]] = {}
 
     # ---- description -----------------------------------------------------------------
 
     def __repr__(self) -> str:
-        parts = [self._state.name]
+        parts = [self._state.name, self._flavour]
         if self._zookeeper is not None:
             parts.append(f"zookeeper={self._zookeeper.address} ({self._zookeeper.status()})")
         for broker_id, server in self._brokers.items():
@@ -583,6 +707,16 @@ class LocalCluster:
         return self._state
 
     @property
+    def flavour(self) -> str:
+        """``"zookeeper"`` (Kafka 3.9, ZooKeeper mode) or ``"kraft"`` (Kafka 4.x)."""
+        return self._flavour
+
+    @property
+    def kraft(self) -> bool:
+        """True for the KRaft flavour: the brokers do not use ZooKeeper (no ``/brokers``)."""
+        return self._flavour == "kraft"
+
+    @property
     def failed(self) -> bool:
         """True once a failure was recorded (the work directory will be kept)."""
         return self._failed
@@ -594,7 +728,9 @@ class LocalCluster:
 
     @property
     def zookeeper_connect(self) -> str:
-        """ZooKeeper connect string, ``"127.0.0.1:<port>"``.
+        """Connect string of the ZooKeeper the consumers use, ``"127.0.0.1:<port>"``.
+
+        In the ZooKeeper flavour the brokers use it too; in the KRaft flavour they do not.
 
         Raises:
             LocalClusterError: if the cluster was never started.
@@ -614,7 +750,7 @@ class LocalCluster:
 
     @property
     def broker_ids(self) -> list[int]:
-        """The brokers' ``broker.id`` values, ``[0, ..., brokers-1]``."""
+        """The brokers' ids (``broker.id``, or ``node.id`` in KRaft), ``[0, ..., brokers-1]``."""
         return list(range(self._broker_count))
 
     @property
@@ -695,33 +831,44 @@ class LocalCluster:
         await self.stop()
 
     async def start(self) -> None:
-        """Provision the jars and start ZooKeeper, then the brokers; wait until they serve.
+        """Provision the jars and start ZooKeeper and the brokers; wait until they serve.
 
-        ZooKeeper is ready when it answers ``ruok`` with ``imok``; the brokers when each is
-        registered under ``/brokers/ids`` and each answers a metadata request listing every
-        broker. On any failure (or cancellation) everything already started is killed and
-        the work directory is kept.
+        ZooKeeper is ready when it answers ``ruok`` with ``imok``. In the ZooKeeper flavour
+        the brokers start once ZooKeeper serves, and are ready when each is registered under
+        ``/brokers/ids`` and answers a metadata request listing every broker. In the KRaft
+        flavour the brokers' log directories are formatted (``kafka-storage format``) and
+        the brokers started while ZooKeeper comes up; they are ready when each answers a
+        metadata request listing every broker. On any failure (or cancellation) everything
+        already started is killed and the work directory is kept.
 
         Raises:
             ProvisioningError: if the jars cannot be provisioned or ``java`` is missing.
-            ClusterStartError: if a server exits early or is not ready within
-                ``startup_timeout_s``; the message ends with the tail of its log.
+            ClusterStartError: if a server (or the storage format) exits early or is not
+                ready within ``startup_timeout_s``; the message ends with the tail of its log.
             LocalClusterError: if the cluster was already started.
         """
         if self._state is not ClusterState.NEW:
             raise LocalClusterError(f"start() on a {self._state.name} cluster")
         self._state = ClusterState.STARTING
         try:
-            home = await asyncio.to_thread(provision_kafka, self._cache_dir, quiet=True)
+            # ZooKeeper always runs from the Kafka 3.9 jars (Kafka 4 has no ZooKeeper).
+            zk_home = await asyncio.to_thread(provision_kafka, self._cache_dir, quiet=True)
+            broker_home = zk_home
+            if self.kraft:
+                broker_home = await asyncio.to_thread(
+                    provision_kafka, self._cache_dir, flavour="kraft", quiet=True
+                )
             java = require_tools(("java",))["java"]
             began = time.monotonic()
-            self._configure(java, home / "libs")
-            zookeeper = self._zk()
-            zookeeper.spawn()
-            await self._wait_zookeeper()
-            for server in self._brokers.values():
-                server.spawn()
-            await self._wait_brokers_ready(list(self._brokers))
+            self._configure(java, zk_home / "libs", broker_home / "libs")
+            self._zk().spawn()
+            if self.kraft:
+                await _all_or_cancel([self._wait_zookeeper(), self._start_kraft_brokers()])
+            else:
+                await self._wait_zookeeper()
+                for server in self._brokers.values():
+                    server.spawn()
+                await self._wait_brokers_ready(list(self._brokers))
         except BaseException:
             self._failed = True
             self._kill_all()
@@ -735,20 +882,25 @@ class LocalCluster:
         """Stop every server: SIGTERM the brokers, then ZooKeeper; SIGKILL after 15 s.
 
         Idempotent, and safe after a failed or partial start: no process is left behind
-        whatever happens (cancellation included). If ZooKeeper is down, brokers are
-        SIGKILLed at once (their controlled shutdown would only hang). Removes the work
-        directory unless it is to be kept (see the class docstring).
+        whatever happens (cancellation included). Brokers whose controlled shutdown would
+        only hang are SIGKILLed at once: all brokers if ZooKeeper is down (ZooKeeper
+        flavour), the broker-only nodes if the controller (broker 0) is down or paused
+        (KRaft flavour, where the broker-only nodes stop before the controller). Removes the
+        work directory unless it is to be kept (see the class docstring).
         """
         if self._state is ClusterState.STOPPED:
             self._kill_all()
             return
         self._state = ClusterState.STOPPING
         try:
-            brokers = [s for s in self._brokers.values() if s.alive()]
-            if brokers and not (self._zookeeper is not None and self._zookeeper.alive()):
-                for server in brokers:
-                    server.kill_now()
-            await self._terminate(brokers)
+            if self.kraft:
+                await self._stop_kraft_brokers()
+            else:
+                brokers = [s for s in self._brokers.values() if s.alive()]
+                if brokers and not (self._zookeeper is not None and self._zookeeper.alive()):
+                    for server in brokers:
+                        server.kill_now()
+                await self._terminate(brokers)
             if self._zookeeper is not None:
                 await self._terminate([self._zookeeper])
         finally:
@@ -767,8 +919,8 @@ class LocalCluster:
     ) -> None:
         """Create a topic and wait until it is usable.
 
-        Returns once ``/brokers/topics/<name>`` exists in ZooKeeper and every running
-        broker's metadata gives each partition a leader.
+        Returns once every running broker's metadata gives each partition a leader (and, in
+        the ZooKeeper flavour, ``/brokers/topics/<name>`` exists in ZooKeeper).
 
         Args:
             name: topic name (``[a-zA-Z0-9._-]``, at most 249 characters).
@@ -956,11 +1108,14 @@ class LocalCluster:
     # ---- fault tools -----------------------------------------------------------------
 
     def kill_broker(self, broker_id: int) -> None:
-        """SIGKILL a broker (no controlled shutdown; its ZooKeeper session lingers).
+        """SIGKILL a broker (no controlled shutdown; its session lingers).
 
-        Its registration under ``/brokers/ids`` disappears only when its ZooKeeper session
-        expires (6 s unless ``zookeeper.session.timeout.ms`` is overridden). Blocks only
-        while the kernel reaps the process (milliseconds).
+        ZooKeeper flavour: its registration under ``/brokers/ids`` disappears only when its
+        ZooKeeper session expires (6 s unless ``zookeeper.session.timeout.ms`` is
+        overridden). KRaft flavour: the controller fences it after
+        ``broker.session.timeout.ms`` (4 s); killing broker 0 kills the only controller, so
+        no metadata changes (topic creation, leader moves) happen until it is restarted.
+        Blocks only while the kernel reaps the process (milliseconds).
 
         Args:
             broker_id: the broker's id.
@@ -1002,10 +1157,13 @@ class LocalCluster:
     async def restart_broker(self, broker_id: int) -> None:
         """(Re)start a broker on its port and wait until it is registered and serving.
 
-        A running broker is stopped gracefully first (SIGTERM, SIGKILL after 15 s). If the
-        previous process died without deregistering (SIGKILL), this first waits for its
-        ZooKeeper session to expire, since Kafka refuses to start while the old
-        ``/brokers/ids/<id>`` node exists.
+        A running broker is stopped gracefully first (SIGTERM, SIGKILL after 15 s).
+        ZooKeeper flavour: if the previous process died without deregistering (SIGKILL),
+        this first waits for its ZooKeeper session to expire, since Kafka refuses to start
+        while the old ``/brokers/ids/<id>`` node exists. KRaft flavour: nothing is asked of
+        ZooKeeper; the new process retries its registration with the controller until the
+        old session expires (about 4 s, even after a clean stop), and is ready when its
+        metadata lists every running broker.
 
         Args:
             broker_id: the broker's id.
@@ -1014,18 +1172,22 @@ class LocalCluster:
             KeyError: if there is no such broker.
             ClusterStartError: if it exits or is not ready within ``startup_timeout_s``.
             LocalClusterError: if the cluster is not running.
-            ZookeeperConnectionError: if ZooKeeper cannot be reached.
+            ZookeeperConnectionError: if ZooKeeper cannot be reached (ZooKeeper flavour).
         """
         self._require_running()
         server = self._broker(broker_id)
         if server.alive():
             await self._terminate([server])
-        await self._wait_deregistered(broker_id)
+        if not self.kraft:
+            await self._wait_deregistered(broker_id)
         server.spawn()
         await self._wait_brokers_ready([broker_id])
 
     async def stop_zookeeper(self) -> None:
-        """Stop ZooKeeper (SIGTERM; SIGKILL after 15 s). Brokers keep running and retry.
+        """Stop ZooKeeper (SIGTERM; SIGKILL after 15 s).
+
+        Brokers keep running: in the ZooKeeper flavour they retry their sessions; in the
+        KRaft flavour they do not notice.
 
         Raises:
             LocalClusterError: if the cluster is not running.
@@ -1102,8 +1264,14 @@ class LocalCluster:
         if self._state is not ClusterState.RUNNING:
             raise LocalClusterError(f"the cluster is not running ({self._state.name})")
 
-    def _configure(self, java: str, libs: Path) -> None:
-        """Create the work directory and write every config; build the servers."""
+    def _configure(self, java: str, zk_libs: Path, broker_libs: Path) -> None:
+        """Create the work directory and write every config; build the servers.
+
+        Args:
+            java: the ``java`` executable.
+            zk_libs: the jars ZooKeeper runs from (always Kafka 3.9's).
+            broker_libs: the jars the brokers (and, for KRaft, the storage tool) run from.
+        """
         if self._given_work_dir is not None:
             work = self._given_work_dir
             work.mkdir(parents=True, exist_ok=True)
@@ -1112,8 +1280,10 @@ class LocalCluster:
         self._work_dir = work = work.resolve()
         logs = work / "logs"
         logs.mkdir(exist_ok=True)
-        classpath = str(libs / "*")
-        zk_port, *broker_ports = _free_ports(1 + self._broker_count)
+        # KRaft needs one more port: the controller listener of broker 0.
+        ports = _free_ports(1 + self._broker_count + (1 if self.kraft else 0))
+        zk_port = ports[0]
+        broker_ports = ports[1 : 1 + self._broker_count]
 
         zk_dir = work / "zookeeper"
         (zk_dir / "data").mkdir(parents=True, exist_ok=True)
@@ -1146,12 +1316,16 @@ class LocalCluster:
                 "-Dzookeeper.4lw.commands.whitelist=ruok,srvr,stat",
                 f"-Dlog4j.configuration=file:{zk_dir / 'log4j.properties'}",
                 "-cp",
-                classpath,
+                str(zk_libs / "*"),
                 "org.apache.zookeeper.server.ZooKeeperServerMain",
                 str(zk_dir / "zoo.cfg"),
             ],
             zk_log,
         )
+
+        if self.kraft:
+            self._configure_kraft_brokers(java, broker_libs, broker_ports, ports[-1])
+            return
 
         for broker_id, port in zip(self.broker_ids, broker_ports, strict=True):
             name = f"broker-{broker_id}"
@@ -1167,21 +1341,10 @@ class LocalCluster:
                 "zookeeper.connect": f"{_HOST}:{zk_port}",
                 "zookeeper.session.timeout.ms": _BROKER_ZK_SESSION_TIMEOUT_MS,
                 "log.dirs": broker_dir / "data",
-                "num.partitions": 1,
-                "offsets.topic.replication.factor": 1,
-                "offsets.topic.num.partitions": 4,
-                "transaction.state.log.replication.factor": 1,
-                "transaction.state.log.min.isr": 1,
-                "transaction.state.log.num.partitions": 4,
-                "group.initial.rebalance.delay.ms": 0,
-                "auto.create.topics.enable": "false",
+                **_COMMON_BROKER_PROPERTIES,
                 # When the whole cluster stops, the controller goes away under the others'
                 # controlled shutdown; the default 5 s retry backoff made stop() take ~11 s.
                 "controlled.shutdown.retry.backoff.ms": 500,
-                # 2-core machines: fewer threads than the defaults (3 network, 8 I/O).
-                "num.network.threads": 2,
-                "num.io.threads": 4,
-                "num.recovery.threads.per.data.dir": 1,
             }
             props.update(self._broker_overrides)
             (broker_dir / "server.properties").write_text(_properties(props))
@@ -1194,12 +1357,141 @@ class LocalCluster:
                     *_COMMON_JVM,
                     f"-Dlog4j.configuration=file:{broker_dir / 'log4j.properties'}",
                     "-cp",
-                    classpath,
+                    str(broker_libs / "*"),
                     "kafka.Kafka",
                     str(broker_dir / "server.properties"),
                 ],
                 broker_log,
             )
+
+    def _configure_kraft_brokers(
+        self, java: str, libs: Path, broker_ports: Sequence[int], controller_port: int
+    ) -> None:
+        """Write the KRaft nodes' configs; build their servers and storage format commands.
+
+        Node 0 is ``broker,controller`` with listeners ``PLAINTEXT`` and ``CONTROLLER``; it
+        is formatted ``--standalone`` (a single-voter dynamic quorum). The others are
+        brokers only, formatted ``--no-initial-controllers``. All find the quorum through
+        ``controller.quorum.bootstrap.servers``. A log directory formatted by an earlier run
+        (a reused ``work_dir``) keeps its cluster id (``--ignore-formatted``).
+        """
+        work = self.work_dir
+        classpath = str(libs / "*")
+        controller = f"{_HOST}:{controller_port}"
+        cluster_id = (
+            _read_cluster_id(work / f"broker-{_KRAFT_CONTROLLER_ID}" / "data" / "meta.properties")
+            or _new_cluster_id()
+        )
+        for broker_id, port in zip(self.broker_ids, broker_ports, strict=True):
+            name = f"broker-{broker_id}"
+            broker_dir = work / name
+            (broker_dir / "data").mkdir(parents=True, exist_ok=True)
+            broker_log = work / "logs" / f"{name}.log"
+            log_config = broker_dir / "log4j2.properties"
+            log_config.write_text(_log4j2_properties(broker_log))
+            is_controller = broker_id == _KRAFT_CONTROLLER_ID
+            listeners = f"PLAINTEXT://{_HOST}:{port}"
+            if is_controller:
+                listeners += f",CONTROLLER://{controller}"
+            props: dict[str, object] = {
+                "process.roles": "broker,controller" if is_controller else "broker",
+                "node.id": broker_id,
+                "controller.quorum.bootstrap.servers": controller,
+                "controller.listener.names": "CONTROLLER",
+                # advertised.listeners is left to default to listeners: concrete loopback
+                # addresses, the controller's CONTROLLER one included (KIP-853).
+                "listeners": listeners,
+                "inter.broker.listener.name": "PLAINTEXT",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                "broker.session.timeout.ms": _KRAFT_BROKER_SESSION_TIMEOUT_MS,
+                "broker.heartbeat.interval.ms": _KRAFT_BROKER_HEARTBEAT_INTERVAL_MS,
+                "log.dirs": broker_dir / "data",
+                **_COMMON_BROKER_PROPERTIES,
+                "share.coordinator.state.topic.replication.factor": 1,
+                "share.coordinator.state.topic.min.isr": 1,
+            }
+            props.update(self._broker_overrides)
+            config = broker_dir / "server.properties"
+            config.write_text(_properties(props))
+            jvm_logging = f"-Dlog4j2.configurationFile={log_config}"
+            self._brokers[broker_id] = _Server(
+                name,
+                port,
+                [
+                    java,
+                    *_BROKER_JVM,
+                    *_COMMON_JVM,
+                    jvm_logging,
+                    "-cp",
+                    classpath,
+                    "kafka.Kafka",
+                    str(config),
+                ],
+                broker_log,
+            )
+            self._format_cmds[broker_id] = [
+                java,
+                *_TOOL_JVM,
+                *_COMMON_JVM,
+                jvm_logging,
+                "-cp",
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "--cluster-id",
+                cluster_id,
+                "--config",
+                str(config),
+                "--ignore-formatted",
+                "--standalone" if is_controller else "--no-initial-controllers",
+            ]
+
+    # ---- internals: KRaft processes ---------------------------------------------------
+
+    async def _start_kraft_brokers(self) -> None:
+        """Format every KRaft node's storage, start the nodes and wait until they serve."""
+        await _all_or_cancel([self._format_storage(b) for b in self._brokers])
+        for server in self._brokers.values():
+            server.spawn()
+        await self._wait_brokers_ready(list(self._brokers))
+
+    async def _format_storage(self, broker_id: int) -> None:
+        """Run ``kafka-storage format`` for one KRaft node; its output goes to its log."""
+        server = self._brokers[broker_id]
+        tool = _Server(
+            f"{server.name} storage format", 0, self._format_cmds[broker_id], server.log_file
+        )
+        deadline = time.monotonic() + self._startup_timeout_s
+        tool.spawn()
+        try:
+            while not tool.reaped():
+                if time.monotonic() > deadline:
+                    raise self._start_error(
+                        server,
+                        f"kafka-storage format did not finish within "
+                        f"{self._startup_timeout_s:.0f} s",
+                    )
+                await asyncio.sleep(0.05)
+        finally:
+            tool.kill_now()
+        code = tool.proc.returncode if tool.proc is not None else None
+        if code != 0:
+            raise self._start_error(server, f"kafka-storage format exited with code {code}")
+
+    async def _stop_kraft_brokers(self) -> None:
+        """Stop the broker-only nodes, then the controller node.
+
+        In that order, because a broker's controlled shutdown goes through the controller;
+        without a live (unpaused) controller it would only hang, so those are SIGKILLed.
+        """
+        controller = self._brokers.get(_KRAFT_CONTROLLER_ID)
+        others = [s for b, s in self._brokers.items() if b != _KRAFT_CONTROLLER_ID and s.alive()]
+        if others and not (controller is not None and controller.alive() and not controller.paused):
+            for server in others:
+                server.kill_now()
+        await self._terminate(others)
+        if controller is not None:
+            await self._terminate([controller])
 
     # ---- internals: waiting ----------------------------------------------------------
 
@@ -1236,11 +1528,15 @@ class LocalCluster:
             await asyncio.sleep(_POLL_INTERVAL_S)
 
     async def _wait_brokers_ready(self, broker_ids: Sequence[int]) -> None:
-        """Wait until the brokers are registered in ZooKeeper and answer metadata requests.
+        """Wait until the brokers are registered and answer metadata requests.
 
-        A broker is ready when ``/brokers/ids/<id>`` exists and its own metadata response
-        lists every broker registered in ZooKeeper (at least the ones waited for).
+        ZooKeeper flavour: a broker is ready when ``/brokers/ids/<id>`` exists and its own
+        metadata response lists every broker registered in ZooKeeper (at least the ones
+        waited for). KRaft flavour: see :meth:`_wait_kraft_brokers_ready`.
         """
+        if self.kraft:
+            await self._wait_kraft_brokers_ready(broker_ids)
+            return
         servers = [self._brokers[b] for b in broker_ids]
         deadline = time.monotonic() + self._startup_timeout_s
         waiting = list(servers)
@@ -1285,6 +1581,50 @@ class LocalCluster:
                     )
                 await asyncio.sleep(_POLL_INTERVAL_S * 2)
 
+    async def _wait_kraft_brokers_ready(self, broker_ids: Sequence[int]) -> None:
+        """Wait until KRaft brokers answer metadata requests listing every running broker.
+
+        ZooKeeper knows nothing of KRaft brokers: a broker is ready when its own metadata
+        response lists the brokers waited for and every other broker that runs unpaused
+        (a broker appears there once the controller has unfenced it).
+        """
+        servers = [self._brokers[b] for b in broker_ids]
+        deadline = time.monotonic() + self._startup_timeout_s
+        waiting = list(servers)
+        last_problem = "not accepting connections yet"
+        while True:
+            self._check_alive(servers)
+            expected = set(broker_ids) | {
+                b for b, s in self._brokers.items() if s.alive() and not s.paused
+            }
+            still: list[_Server] = []
+            for server in waiting:
+                if not await _port_open(server.port, 2.0):
+                    last_problem = "not accepting connections yet"
+                    still.append(server)
+                    continue
+                try:
+                    async with _kafka_client(server.address, time_limit=5.0) as client:
+                        known = {int(b.nodeId) for b in client.cluster.brokers()}
+                except (BrokerNotAvailableError, TimeoutError) as exc:
+                    last_problem = f"not answering metadata requests: {exc}"
+                    still.append(server)
+                    continue
+                if not expected <= known:
+                    last_problem = (
+                        f"its metadata lists brokers {sorted(known)}, not all of {sorted(expected)}"
+                    )
+                    still.append(server)
+            waiting = still
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise self._start_error(
+                    waiting[0],
+                    f"not ready within {self._startup_timeout_s:.0f} s ({last_problem})",
+                )
+            await asyncio.sleep(_POLL_INTERVAL_S * 2)
+
     async def _wait_deregistered(self, broker_id: int) -> None:
         timeout = self._startup_timeout_s
         deadline = time.monotonic() + timeout
@@ -1299,16 +1639,24 @@ class LocalCluster:
                 await asyncio.sleep(_POLL_INTERVAL_S * 2)
 
     async def _wait_topic_ready(self, topic: str, partitions: int) -> None:
+        """Wait until every running broker's metadata gives each partition a leader.
+
+        In the ZooKeeper flavour ``/brokers/topics/<topic>`` must exist first; in the KRaft
+        flavour Kafka metadata is the only source.
+        """
         timeout = self._startup_timeout_s
         deadline = time.monotonic() + timeout
         path = f"/brokers/topics/{topic}"
-        problem = f"{path} missing in ZooKeeper"
-        async with (
-            _zk_session(self.zookeeper_connect, time_limit=timeout) as zk,
-            self._any_kafka_client() as client,
-        ):
+        problem = f"{path} missing in ZooKeeper" if not self.kraft else "no metadata yet"
+        async with contextlib.AsyncExitStack() as stack:
+            zk = None
+            if not self.kraft:
+                zk = await stack.enter_async_context(
+                    _zk_session(self.zookeeper_connect, time_limit=timeout)
+                )
+            client = await stack.enter_async_context(self._any_kafka_client())
             while True:
-                ready = await zk.exists(path)
+                ready = True if zk is None else await zk.exists(path)
                 if ready:
                     for server in self._brokers.values():
                         if not server.alive() or server.paused:

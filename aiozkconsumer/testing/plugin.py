@@ -3,20 +3,32 @@
 Registered through the ``pytest11`` entry point ``aiozkconsumer`` (active once the package is
 installed; otherwise pass ``-p aiozkconsumer.testing.plugin``). Fixtures:
 
-- ``zk_kafka_cluster`` (session): a started :class:`~aiozkconsumer.testing.LocalCluster`.
-  Synchronous (started and stopped in private event loops), so it works with any
-  ``loop_scope`` the tests use. ``AIOZKCONSUMER_BROKERS`` sets the broker count (default 1).
-- ``zk_client`` (function, async): a started aiozk ``ZKClient`` on the cluster, closed
-  afterwards within a time limit. Needs pytest-asyncio.
+- ``zk_kafka_cluster`` (session): a started :class:`~aiozkconsumer.testing.LocalCluster` of
+  the ZooKeeper flavour (Kafka 3.9 brokers registered under ``/brokers`` in ZooKeeper).
+- ``kraft_cluster`` (session): a started ``LocalCluster`` of the KRaft flavour (Kafka 4.x
+  brokers; ZooKeeper runs for the consumers only, there is no ``/brokers`` tree).
+- ``any_cluster`` (function, parametrized ``zk`` / ``kraft``): runs the test once on each of
+  the two session clusters. Narrow it with
+  ``@pytest.mark.parametrize("any_cluster", ["kraft"], indirect=True)``.
+- ``zk_client`` (function, async): a started aiozk ``ZKClient`` on ``zk_kafka_cluster``'s
+  ZooKeeper; ``any_zk_client`` the same on ``any_cluster``'s. Closed afterwards within a time
+  limit. Need pytest-asyncio.
 - ``unique_group_id`` / ``unique_topic`` (function): fresh legal names derived from the test.
 
-When a test that uses the cluster fails, its server logs are appended to the failure report
-(section "aiozkconsumer server logs") and the cluster's work directory is kept.
+The session clusters are started lazily, when a test first needs one (a KRaft-free run never
+starts Kafka 4), and stopped at the end of the session. They are synchronous fixtures
+(started and stopped in private event loops), so they work with any ``loop_scope`` the tests
+use. ``AIOZKCONSUMER_BROKERS`` sets their broker count (default 1).
+
+When a test that uses a cluster fails, its server logs are appended to the failure report
+(section "aiozkconsumer server logs", or "aiozkconsumer server logs (kraft)") and the
+cluster's work directory is kept.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import uuid
@@ -27,10 +39,14 @@ import pytest
 from aiozk import ZKClient
 
 from aiozkconsumer.testing.cluster import LocalCluster, LocalClusterError, _close_zk
+from aiozkconsumer.testing.provision import FLAVOURS
 
 __all__ = [
     "BROKERS_ENV",
     "LOG_SECTION",
+    "any_cluster",
+    "any_zk_client",
+    "kraft_cluster",
     "pytest_runtest_makereport",
     "unique_group_id",
     "unique_topic",
@@ -44,8 +60,10 @@ BROKERS_ENV = "AIOZKCONSUMER_BROKERS"
 LOG_SECTION = "aiozkconsumer server logs"
 """Title of the report section holding the server log tails of a failed test."""
 
-_CLUSTER_FIXTURE = "zk_kafka_cluster"
-_CLUSTER_KEY = pytest.StashKey[LocalCluster]()
+_CLUSTER_FIXTURES = {"zookeeper": "zk_kafka_cluster", "kraft": "kraft_cluster"}
+"""Flavour -> the session fixture holding that flavour's cluster."""
+_ANY_CLUSTER_FIXTURE = "any_cluster"
+_CLUSTERS_KEY = pytest.StashKey[dict[str, LocalCluster]]()
 _ZK_CLIENT_START_S = 30.0
 _ZK_CLIENT_CLOSE_S = 10.0
 _T = TypeVar("_T")
@@ -104,28 +122,77 @@ def _legal_name(prefix: str, request: pytest.FixtureRequest) -> str:
     return f"{prefix}-{test}-{uuid.uuid4().hex[:12]}"
 
 
+def _session_cluster(request: pytest.FixtureRequest, flavour: str) -> Iterator[LocalCluster]:
+    """Start a cluster of ``flavour``, record it for failure reports, stop it afterwards."""
+    cluster = LocalCluster(brokers=_broker_count(), flavour=flavour)
+    request.config.stash.setdefault(_CLUSTERS_KEY, {})[flavour] = cluster
+    try:
+        _run(cluster.start())
+        yield cluster
+    finally:
+        _run(cluster.stop())
+
+
 @pytest.fixture(scope="session")
 def zk_kafka_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    """A running local ZooKeeper + Kafka 3.9 cluster shared by the whole session.
+    """A running local ZooKeeper + Kafka 3.9 (ZooKeeper mode) cluster for the whole session.
 
     Started on first use (the jars are provisioned if needed) and stopped at the end of
     the session. Synchronous on purpose: it starts and stops the cluster in private event
     loops, so tests with any ``loop_scope`` can use it.
 
     Yields:
-        The started :class:`~aiozkconsumer.testing.LocalCluster`.
+        The started :class:`~aiozkconsumer.testing.LocalCluster` (``flavour="zookeeper"``).
 
     Raises:
         ProvisioningError: if Java or Maven is missing or the jars cannot be fetched.
         ClusterStartError: if a server does not come up.
     """
-    cluster = LocalCluster(brokers=_broker_count())
-    request.config.stash[_CLUSTER_KEY] = cluster
-    try:
-        _run(cluster.start())
-        yield cluster
-    finally:
-        _run(cluster.stop())
+    yield from _session_cluster(request, "zookeeper")
+
+
+@pytest.fixture(scope="session")
+def kraft_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """A running local ZooKeeper + Kafka 4.x (KRaft) cluster for the whole session.
+
+    The brokers do not use ZooKeeper (brokers, leaders and partitions are known from Kafka
+    metadata only); ZooKeeper runs for the consumers (``zookeeper_connect``). Started on
+    first use (the jars of both Kafka versions are provisioned if needed: ZooKeeper runs
+    from the 3.9 ones) and stopped at the end of the session; synchronous, like
+    ``zk_kafka_cluster``.
+
+    Yields:
+        The started :class:`~aiozkconsumer.testing.LocalCluster` (``flavour="kraft"``).
+
+    Raises:
+        ProvisioningError: if Java or Maven is missing or the jars cannot be fetched.
+        ClusterStartError: if a server does not come up.
+    """
+    yield from _session_cluster(request, "kraft")
+
+
+@pytest.fixture(params=list(FLAVOURS), ids=["zk", "kraft"])
+def any_cluster(request: pytest.FixtureRequest) -> LocalCluster:
+    """Each session cluster in turn: the test runs once per flavour (ids ``zk``, ``kraft``).
+
+    Only the cluster of the running parameter is started (lazily, as the session fixture
+    ``zk_kafka_cluster`` or ``kraft_cluster``). To run on one flavour only, use
+    ``@pytest.mark.parametrize("any_cluster", ["kraft"], indirect=True)``.
+
+    Returns:
+        The started :class:`~aiozkconsumer.testing.LocalCluster` of the flavour
+        ``request.param`` (``"zookeeper"`` or ``"kraft"``).
+
+    Raises:
+        pytest.UsageError: if parametrized indirectly with an unknown flavour.
+    """
+    flavour = request.param
+    if flavour not in _CLUSTER_FIXTURES:
+        raise pytest.UsageError(
+            f"any_cluster: unknown flavour {flavour!r}; expected one of {', '.join(FLAVOURS)}"
+        )
+    cluster: LocalCluster = request.getfixturevalue(_CLUSTER_FIXTURES[flavour])
+    return cluster
 
 
 @pytest.fixture
@@ -140,8 +207,20 @@ def unique_topic(request: pytest.FixtureRequest) -> str:
     return _legal_name("topic", request)
 
 
+@contextlib.asynccontextmanager
+async def _open_zk_client(cluster: LocalCluster) -> AsyncIterator[Any]:
+    """Yield a started aiozk client on the cluster's ZooKeeper; close it (bounded) after."""
+    zk = ZKClient(cluster.zookeeper_connect, session_timeout=10)
+    try:
+        async with asyncio.timeout(_ZK_CLIENT_START_S):
+            await zk.start()
+        yield zk
+    finally:
+        await _close_zk(zk, _ZK_CLIENT_CLOSE_S)
+
+
 async def _zk_client(zk_kafka_cluster: LocalCluster) -> AsyncIterator[Any]:
-    """A started aiozk ``ZKClient`` on the session cluster, closed after the test.
+    """A started aiozk ``ZKClient`` on ``zk_kafka_cluster``'s ZooKeeper, closed after the test.
 
     Created in the event loop of pytest-asyncio's default fixture loop scope
     (``asyncio_default_fixture_loop_scope``, normally the test's own loop); a test running
@@ -151,34 +230,56 @@ async def _zk_client(zk_kafka_cluster: LocalCluster) -> AsyncIterator[Any]:
     Yields:
         The connected ``aiozk.ZKClient`` (session timeout 10 s).
     """
-    zk = ZKClient(zk_kafka_cluster.zookeeper_connect, session_timeout=10)
-    try:
-        async with asyncio.timeout(_ZK_CLIENT_START_S):
-            await zk.start()
+    async with _open_zk_client(zk_kafka_cluster) as zk:
         yield zk
-    finally:
-        await _close_zk(zk, _ZK_CLIENT_CLOSE_S)
+
+
+async def _any_zk_client(any_cluster: LocalCluster) -> AsyncIterator[Any]:
+    """A started aiozk ``ZKClient`` on ``any_cluster``'s ZooKeeper, closed after the test.
+
+    As ``zk_client``, for tests parametrized over both flavours; in the KRaft flavour this
+    ZooKeeper holds the consumer groups only (no ``/brokers`` tree).
+
+    Yields:
+        The connected ``aiozk.ZKClient`` (session timeout 10 s).
+    """
+    async with _open_zk_client(any_cluster) as zk:
+        yield zk
 
 
 zk_client = _async_fixture(_zk_client, name="zk_client")
+any_zk_client = _async_fixture(_any_zk_client, name="any_zk_client")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Attach the server logs to the report of a failed test that used the cluster.
+    """Attach the server logs to the report of a failed test that used a session cluster.
 
     Also records the failure on the cluster, so its work directory (logs, data) is kept.
     """
     report = yield
-    if report.failed and _CLUSTER_FIXTURE in getattr(item, "fixturenames", ()):
-        cluster = item.config.stash.get(_CLUSTER_KEY, None)
-        if cluster is not None:
+    if report.failed:
+        for cluster in _clusters_used(item):
             cluster.mark_failed()
             try:
                 header = f"work dir (kept): {cluster.work_dir}\n"
             except LocalClusterError:  # never started: nothing to show
-                return report
-            report.sections.append((LOG_SECTION, header + cluster.log_tail()))
+                continue
+            title = LOG_SECTION if cluster.flavour == "zookeeper" else f"{LOG_SECTION} (kraft)"
+            report.sections.append((title, header + cluster.log_tail()))
     return report
+
+
+def _clusters_used(item: pytest.Item) -> list[LocalCluster]:
+    """The session clusters a test requested (directly, or through ``any_cluster``)."""
+    names = set(getattr(item, "fixturenames", ()))
+    flavours = {f for f, fixture in _CLUSTER_FIXTURES.items() if fixture in names}
+    if _ANY_CLUSTER_FIXTURE in names:
+        callspec = getattr(item, "callspec", None)
+        param = callspec.params.get(_ANY_CLUSTER_FIXTURE) if callspec is not None else None
+        if isinstance(param, str):
+            flavours.add(param)
+    started = item.config.stash.get(_CLUSTERS_KEY, {})
+    return [started[f] for f in FLAVOURS if f in flavours and f in started]
