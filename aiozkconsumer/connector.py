@@ -24,6 +24,7 @@ import anyio
 from .cluster import KafkaClient, bootstrap_from_brokers, read_brokers
 from .config import ConsumerConfig
 from .errors import (
+    BrokerNotAvailableError,
     ConsumerClosedError,
     ConsumerError,
     ConsumerRebalanceFailedError,
@@ -238,6 +239,7 @@ class ZookeeperConsumerConnector:
         self._session_replaced = False
         self._metadata_from_kafka: bool | None = None
         self._watching_broker_ids = False
+        self._kafka_lock = anyio.Lock()
         self._state_before_suspend = ConnectorState.RUNNING
         self._bg_tg: Any = None
         self._bg_scope: anyio.CancelScope | None = None
@@ -607,6 +609,10 @@ class ZookeeperConsumerConnector:
             NoBrokersError: no broker is registered and ``bootstrap.servers`` is not set.
             KafkaConnectionError: no broker answered.
         """
+        async with self._kafka_lock:  # one client, however many tasks ask at once
+            return await self._ensure_kafka(brokers)
+
+    async def _ensure_kafka(self, brokers: Iterable[layout.BrokerInfo] | None) -> KafkaClient:
         if self.kafka is None:
             servers = self.config.bootstrap_servers
             if not servers:
@@ -830,7 +836,12 @@ class ZookeeperConsumerConnector:
         if await self.metadata_from_kafka():
             kafka = await self.ensure_kafka()
             while True:
-                await on_topics(await kafka.all_topics())
+                try:
+                    topics = await kafka.all_topics()
+                except (BrokerNotAvailableError, NoBrokersError) as e:
+                    log.info("[%s] topic list refresh failed: %s", self.consumer_id_string, e)
+                else:
+                    await on_topics(topics)
                 await anyio.sleep(METADATA_REFRESH_MS / 1000)
 
         async def body() -> None:
@@ -846,10 +857,15 @@ class ZookeeperConsumerConnector:
         while True:
             tc = self._topic_count
             topics = sorted(tc.get_consumer_thread_ids_per_topic()) if tc else []
-            counts = await kafka.partition_counts(topics)
-            if last is not None and counts != last:
-                self.request_rebalance("partition counts changed (Kafka metadata)")
-            last = counts
+            try:
+                counts = await kafka.partition_counts(topics)
+            except (BrokerNotAvailableError, NoBrokersError) as e:
+                # Brokers down or restarting: the fetchers retry on their own; look again later.
+                log.info("[%s] metadata refresh failed: %s", self.consumer_id_string, e)
+            else:
+                if last is not None and counts != last:
+                    self.request_rebalance("partition counts changed (Kafka metadata)")
+                last = counts
             await anyio.sleep(METADATA_REFRESH_MS / 1000)
 
     async def _watch_session(self) -> None:

@@ -17,6 +17,8 @@ def config_for(cluster: LocalCluster, group: str, **kw: Any) -> ConsumerConfig:
     kw.setdefault("auto_offset_reset", "smallest")
     kw.setdefault("auto_commit_interval_ms", 500)
     kw.setdefault("rebalance_backoff_ms", 500)
+    if cluster.kraft:  # no /brokers in ZooKeeper: brokers and partitions from Kafka metadata
+        kw.setdefault("bootstrap_servers", cluster.bootstrap_servers)
     return ConsumerConfig(group_id=group, zookeeper_connect=cluster.zookeeper_connect, **kw)
 
 

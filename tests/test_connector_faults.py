@@ -20,9 +20,9 @@ from aiozkconsumer.zk import layout
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def fault_cluster() -> Iterator[LocalCluster]:
-    cluster = LocalCluster()
+@pytest.fixture(scope="module", params=["zookeeper", "kraft"], ids=["zk", "kraft"])
+def fault_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(flavour=request.param)
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(cluster.start())

@@ -40,17 +40,17 @@ async def _topic(cluster: LocalCluster, name: str, partitions: int, per_partitio
 
 
 async def test_consumer_timeout_twice_then_a_record(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str
 ) -> None:
-    await _topic(zk_kafka_cluster, unique_topic, 1, 0)
-    config = config_for(zk_kafka_cluster, unique_group_id, consumer_timeout_ms=200)
+    await _topic(any_cluster, unique_topic, 1, 0)
+    config = config_for(any_cluster, unique_group_id, consumer_timeout_ms=200)
     async with ZookeeperConsumerConnector(config) as c:
         streams = await c.create_message_streams({unique_topic: 1})
         it = streams[unique_topic][0].__aiter__()
         for _ in range(2):  # the iterator stays usable after a timeout (KAFKA-241)
             with pytest.raises(ConsumerTimeoutError):
                 await it.__anext__()
-        await zk_kafka_cluster.produce(unique_topic, [(b"k", b"late")])
+        await any_cluster.produce(unique_topic, [(b"k", b"late")])
         with anyio.fail_after(30):
             while True:
                 try:
@@ -62,21 +62,23 @@ async def test_consumer_timeout_twice_then_a_record(
 
 
 async def test_member_with_empty_topic_map_steals_nothing(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str, zk_client: Any
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str, any_zk_client: Any
 ) -> None:
-    await _topic(zk_kafka_cluster, unique_topic, 4, 0)
-    config = config_for(zk_kafka_cluster, unique_group_id)
+    await _topic(any_cluster, unique_topic, 4, 0)
+    config = config_for(any_cluster, unique_group_id)
     async with ZookeeperConsumerConnector(config) as c1:
         await c1.create_message_streams({unique_topic: 2})
-        before = await owner_nodes(zk_client, unique_group_id, unique_topic)
+        before = await owner_nodes(any_zk_client, unique_group_id, unique_topic)
         assert len(before) == 4
         async with ZookeeperConsumerConnector(config) as c2:
             assert await c2.create_message_streams({}) == {}
             await wait_settled([c1, c2])
             assert c2.statistics().owned_partitions == ()
             assert len(c1.statistics().owned_partitions) == 4
-            assert await owner_nodes(zk_client, unique_group_id, unique_topic) == before
-            data = await zk_client.get_data(layout.ids_path(unique_group_id, c2.consumer_id_string))
+            assert await owner_nodes(any_zk_client, unique_group_id, unique_topic) == before
+            data = await any_zk_client.get_data(
+                layout.ids_path(unique_group_id, c2.consumer_id_string)
+            )
             assert layout.decode_registration(data).subscription == {}
 
 
@@ -95,10 +97,10 @@ class RecordingListener:
 
 
 async def test_listener_receives_ownership_and_global_assignment(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str
 ) -> None:
-    await _topic(zk_kafka_cluster, unique_topic, 4, 0)
-    config = config_for(zk_kafka_cluster, unique_group_id)
+    await _topic(any_cluster, unique_topic, 4, 0)
+    config = config_for(any_cluster, unique_group_id)
     listener = RecordingListener()
     async with ZookeeperConsumerConnector(config) as c1:
         c1.set_consumer_rebalance_listener(listener)
@@ -128,14 +130,14 @@ async def test_listener_receives_ownership_and_global_assignment(
 
 
 async def test_ownership_conflict_resolved_within_retries(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str, zk_client: Any
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str, any_zk_client: Any
 ) -> None:
-    await _topic(zk_kafka_cluster, unique_topic, 2, 10)
+    await _topic(any_cluster, unique_topic, 2, 10)
     # Another session holds partition 0 (a previous owner that has not released yet).
     blocker = layout.owner_path(unique_group_id, unique_topic, 0)
-    await zk_client.ensure_path(layout.owners_dir(unique_group_id, unique_topic))
-    await zk_client.create(blocker, b"someone-else-0", ephemeral=True)
-    config = config_for(zk_kafka_cluster, unique_group_id, rebalance_backoff_ms=5000)
+    await any_zk_client.ensure_path(layout.owners_dir(unique_group_id, unique_topic))
+    await any_zk_client.create(blocker, b"someone-else-0", ephemeral=True)
+    config = config_for(any_cluster, unique_group_id, rebalance_backoff_ms=5000)
     async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
         done = anyio.Event()
 
@@ -148,8 +150,10 @@ async def test_ownership_conflict_resolved_within_retries(
             while c.statistics().failed_rebalance_attempts == 0:
                 await c.wait_for_state_change()
         # The failed attempt undid its other claim: no owner node of ours is left behind.
-        assert await owner_nodes(zk_client, unique_group_id, unique_topic) == {0: "someone-else-0"}
-        await zk_client.delete(blocker)
+        assert await owner_nodes(any_zk_client, unique_group_id, unique_topic) == {
+            0: "someone-else-0"
+        }
+        await any_zk_client.delete(blocker)
         with anyio.fail_after(30):
             await done.wait()
         stats = c.statistics()
@@ -161,20 +165,20 @@ async def test_ownership_conflict_resolved_within_retries(
 
 
 async def test_wildcard_consumes_topics_created_later(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str
 ) -> None:
     first, later, other = f"{unique_topic}.a", f"{unique_topic}.b", f"x{unique_topic}"
-    await _topic(zk_kafka_cluster, first, 2, 5)
-    await _topic(zk_kafka_cluster, other, 1, 5)
+    await _topic(any_cluster, first, 2, 5)
+    await _topic(any_cluster, other, 1, 5)
     seen = Seen()
-    config = config_for(zk_kafka_cluster, unique_group_id)
+    config = config_for(any_cluster, unique_group_id)
     async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
         streams = await c.create_message_streams_by_filter(Whitelist(f" '{unique_topic}\\..*' "), 2)
         assert len(streams) == 2
         for s in streams:
             tg.start_soon(drain, s, 0, seen)
         await seen.wait_until(lambda: len(seen.pairs) >= 10)
-        await _topic(zk_kafka_cluster, later, 3, 4)
+        await _topic(any_cluster, later, 3, 4)
         await seen.wait_until(lambda: len(seen.pairs) >= 22)
         owned = {(tp.topic, tp.partition) for tp in c.statistics().owned_partitions}
         assert owned == {(first, 0), (first, 1), (later, 0), (later, 1), (later, 2)}
@@ -183,13 +187,15 @@ async def test_wildcard_consumes_topics_created_later(
 
 
 async def test_malformed_registration_of_another_member_is_left_out(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str, zk_client: Any
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str, any_zk_client: Any
 ) -> None:
-    await _topic(zk_kafka_cluster, unique_topic, 2, 3)
-    await zk_client.ensure_path(layout.ids_dir(unique_group_id))
-    await zk_client.create(layout.ids_path(unique_group_id, "bogus"), b"{not json", ephemeral=True)
+    await _topic(any_cluster, unique_topic, 2, 3)
+    await any_zk_client.ensure_path(layout.ids_dir(unique_group_id))
+    await any_zk_client.create(
+        layout.ids_path(unique_group_id, "bogus"), b"{not json", ephemeral=True
+    )
     seen = Seen()
-    config = config_for(zk_kafka_cluster, unique_group_id)
+    config = config_for(any_cluster, unique_group_id)
     async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
         streams = await c.create_message_streams({unique_topic: 1})
         tg.start_soon(drain, streams[unique_topic][0], 0, seen)
@@ -200,10 +206,10 @@ async def test_malformed_registration_of_another_member_is_left_out(
 
 
 async def test_decoders_and_batches(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str
 ) -> None:
-    await _topic(zk_kafka_cluster, unique_topic, 1, 50)
-    config = config_for(zk_kafka_cluster, unique_group_id)
+    await _topic(any_cluster, unique_topic, 1, 50)
+    config = config_for(any_cluster, unique_group_id)
     async with ZookeeperConsumerConnector(config) as c:
         streams = await c.create_message_streams(
             {unique_topic: 1}, key_decoder=bytes.decode, value_decoder=lambda b: b.upper()
@@ -233,19 +239,19 @@ async def _kafka_group_offsets(cluster: LocalCluster, group: str) -> dict[tuple[
 
 @pytest.mark.parametrize("dual", [False, True], ids=["kafka", "dual"])
 async def test_kafka_offset_storage_is_what_kafka_tools_show(
-    zk_kafka_cluster: LocalCluster,
+    any_cluster: LocalCluster,
     unique_topic: str,
     unique_group_id: str,
-    zk_client: Any,
+    any_zk_client: Any,
     dual: bool,
 ) -> None:
-    await _topic(zk_kafka_cluster, unique_topic, 2, 25)
+    await _topic(any_cluster, unique_topic, 2, 25)
     config = config_for(
-        zk_kafka_cluster,
+        any_cluster,
         unique_group_id,
         offsets_storage="kafka",
         dual_commit_enabled=dual,
-        bootstrap_servers=zk_kafka_cluster.bootstrap_servers,
+        bootstrap_servers=any_cluster.bootstrap_servers,
     )
     seen = Seen()
     async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
@@ -254,43 +260,43 @@ async def test_kafka_offset_storage_is_what_kafka_tools_show(
         await seen.wait_until(lambda: len(seen.pairs) >= 50)
         tg.cancel_scope.cancel()
     # What Kafka's own kafka-consumer-groups --describe reads: the group's committed offsets.
-    assert await _kafka_group_offsets(zk_kafka_cluster, unique_group_id) == {
+    assert await _kafka_group_offsets(any_cluster, unique_group_id) == {
         (unique_topic, 0): 25,
         (unique_topic, 1): 25,
     }
-    zk_offset = await zk_client.exists(layout.offset_path(unique_group_id, unique_topic, 0))
+    zk_offset = await any_zk_client.exists(layout.offset_path(unique_group_id, unique_topic, 0))
     assert zk_offset == dual  # dual commit writes ZooKeeper too; Kafka storage alone does not
 
 
 async def test_selective_commit_of_explicit_offsets(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str, zk_client: Any
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str, any_zk_client: Any
 ) -> None:
     from aiozkconsumer import TopicPartition
 
-    await _topic(zk_kafka_cluster, unique_topic, 2, 5)
-    config = config_for(zk_kafka_cluster, unique_group_id, auto_commit_enable=False)
+    await _topic(any_cluster, unique_topic, 2, 5)
+    config = config_for(any_cluster, unique_group_id, auto_commit_enable=False)
     async with ZookeeperConsumerConnector(config) as c:
         await c.create_message_streams({unique_topic: 1})
         written = await c.commit_offsets({TopicPartition(unique_topic, 1): 3})
         assert written == 1
-        data = await zk_client.get_data(layout.offset_path(unique_group_id, unique_topic, 1))
+        data = await any_zk_client.get_data(layout.offset_path(unique_group_id, unique_topic, 1))
         assert layout.decode_offset(data) == 3
-        assert not await zk_client.exists(layout.offset_path(unique_group_id, unique_topic, 0))
+        assert not await any_zk_client.exists(layout.offset_path(unique_group_id, unique_topic, 0))
 
 
 async def test_malformed_offset_node_is_logged_and_reset(
-    zk_kafka_cluster: LocalCluster,
+    any_cluster: LocalCluster,
     unique_topic: str,
     unique_group_id: str,
-    zk_client: Any,
+    any_zk_client: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    await _topic(zk_kafka_cluster, unique_topic, 1, 4)
+    await _topic(any_cluster, unique_topic, 1, 4)
     path = layout.offset_path(unique_group_id, unique_topic, 0)
-    await zk_client.ensure_path(layout.offsets_dir(unique_group_id, unique_topic))
-    await zk_client.create(path, b"not-an-offset")
+    await any_zk_client.ensure_path(layout.offsets_dir(unique_group_id, unique_topic))
+    await any_zk_client.create(path, b"not-an-offset")
     seen = Seen()
-    config = config_for(zk_kafka_cluster, unique_group_id, auto_offset_reset="smallest")
+    config = config_for(any_cluster, unique_group_id, auto_offset_reset="smallest")
     async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
         streams = await c.create_message_streams({unique_topic: 1})
         tg.start_soon(drain, streams[unique_topic][0], 0, seen)
@@ -299,21 +305,21 @@ async def test_malformed_offset_node_is_logged_and_reset(
         tg.cancel_scope.cancel()
     assert any(path in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
     # The final commit replaced the garbage.
-    assert layout.decode_offset(await zk_client.get_data(path)) == 4
+    assert layout.decode_offset(await any_zk_client.get_data(path)) == 4
 
 
 async def test_a_stalled_stream_does_not_block_the_others(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str
 ) -> None:
     # Both partitions live on the one broker, so one fetch loop serves both streams. Thirty
     # separate sends make thirty record batches per partition, so thirty fetches each.
-    await _topic(zk_kafka_cluster, unique_topic, 2, 0)
+    await _topic(any_cluster, unique_topic, 2, 0)
     for i in range(30):
-        await zk_kafka_cluster.produce_to_partitions(
+        await any_cluster.produce_to_partitions(
             unique_topic, {p: [(b"k", b"%d" % (i * 100 + j)) for j in range(100)] for p in (0, 1)}
         )
     config = config_for(
-        zk_kafka_cluster,
+        any_cluster,
         unique_group_id,
         queued_max_message_chunks=1,
         fetch_message_max_bytes=2048,  # many small chunks
@@ -329,10 +335,10 @@ async def test_a_stalled_stream_does_not_block_the_others(
 
 
 async def test_metrics_follow_the_originals_names(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str
 ) -> None:
-    await _topic(zk_kafka_cluster, unique_topic, 2, 30)
-    config = config_for(zk_kafka_cluster, unique_group_id, client_id="metrics-test")
+    await _topic(any_cluster, unique_topic, 2, 30)
+    config = config_for(any_cluster, unique_group_id, client_id="metrics-test")
     seen = Seen()
     async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
         streams = await c.create_message_streams({unique_topic: 1})
