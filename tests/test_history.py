@@ -1,0 +1,787 @@
+"""The history checker on small synthetic histories: one flagged and one clean case per rule.
+
+As Jepsen's ``kafka_test.clj``: the checker is tested on hand-built histories before it is
+trusted on real ones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiozkconsumer.testing.history import (
+    AnomalyKind,
+    CheckResult,
+    ProducedLog,
+    check_history,
+    load_events,
+    load_produced_log,
+)
+
+T = "t"
+S1, S2 = "0x1", "0x2"
+TIMEOUT_MS = 3000
+
+
+def produced(sizes: dict[int, int]) -> ProducedLog:
+    """Partitions with offsets ``0..n-1`` and values ``"<p>:<offset>"``."""
+    return ProducedLog.from_records(
+        (T, p, o, f"{p}:{o}") for p, n in sizes.items() for o in range(n)
+    )
+
+
+def ev(
+    ts: float, member: str, kind: str, session: str | None = S1, **fields: Any
+) -> dict[str, Any]:
+    return {"ts": ts, "member": member, "type": kind, "session": session, **fields}
+
+
+def startup(ts: float, member: str) -> dict[str, Any]:
+    return ev(ts, member, "startup", session=None)
+
+
+def assigned(
+    ts: float, member: str, claims: dict[int, int], session: str = S1, generation: int = 1
+) -> dict[str, Any]:
+    parts = [{"topic": T, "partition": p, "offset": o} for p, o in claims.items()]
+    return ev(ts, member, "assigned", session, partitions=parts, generation=generation)
+
+
+def revoked(
+    ts: float, member: str, partitions: list[int], reason: str = "rebalance", session: str = S1
+) -> dict[str, Any]:
+    parts = [{"topic": T, "partition": p} for p in partitions]
+    return ev(ts, member, "revoked", session, partitions=parts, reason=reason)
+
+
+def consumed(
+    ts: float,
+    member: str,
+    partition: int,
+    low: int,
+    high: int,
+    *,
+    count: int | None = None,
+    session: str = S1,
+) -> dict[str, Any]:
+    return ev(
+        ts,
+        member,
+        "consumed",
+        session,
+        topic=T,
+        partition=partition,
+        min_offset=low,
+        max_offset=high,
+        count=high - low + 1 if count is None else count,
+        first=f"{partition}:{low}",
+        last=f"{partition}:{high}",
+    )
+
+
+def committed(ts: float, member: str, offsets: dict[int, int], session: str = S1) -> dict[str, Any]:
+    entries = [{"topic": T, "partition": p, "offset": o} for p, o in offsets.items()]
+    return ev(ts, member, "committed", session, offsets=entries, reason="interval")
+
+
+def state(ts: float, member: str, value: str, session: str = S1) -> dict[str, Any]:
+    return ev(ts, member, "state", session, state=value)
+
+
+def shutdown(ts: float, member: str, session: str = S1) -> dict[str, Any]:
+    return ev(ts, member, "shutdown", session)
+
+
+def check(log: ProducedLog, events: list[dict[str, Any]], **kw: Any) -> CheckResult:
+    kw.setdefault("session_timeout_ms", TIMEOUT_MS)
+    return check_history(log, sorted(events, key=lambda e: e["ts"]), **kw)
+
+
+def kinds(result: CheckResult) -> set[AnomalyKind]:
+    return {a.kind for a in result.anomalies}
+
+
+def only(result: CheckResult, kind: AnomalyKind) -> None:
+    assert kinds(result) == {kind}, result.summary()
+
+
+# -- clean histories -------------------------------------------------------------------------
+
+
+def test_single_member_consuming_everything_is_clean() -> None:
+    log = produced({0: 10, 1: 5})
+    result = check(
+        log,
+        [
+            startup(0, "a"),
+            assigned(1, "a", {0: -1, 1: -1}),
+            consumed(2, "a", 0, 0, 4),
+            consumed(3, "a", 1, 0, 4),
+            committed(4, "a", {0: 5, 1: 5}),
+            consumed(5, "a", 0, 5, 9),
+            committed(6, "a", {0: 10, 1: 5}),
+            revoked(7, "a", [0, 1], reason="shutdown"),
+            shutdown(8, "a"),
+        ],
+    )
+    assert result.ok, result.summary()
+    assert (result.produced, result.delivered, result.distinct_delivered) == (15, 15, 15)
+    assert (result.duplicates, result.lost, result.commits) == (0, 0, 4)
+    assert (result.epochs, result.incarnations, result.crashes) == (2, 1, 0)
+
+
+def test_clean_rebalance_handover_is_clean() -> None:
+    log = produced({0: 10, 1: 10})
+    result = check(
+        log,
+        [
+            startup(0, "a"),
+            assigned(1, "a", {0: -1, 1: -1}),
+            consumed(2, "a", 0, 0, 5),
+            consumed(2.5, "a", 1, 0, 3),
+            startup(3, "b"),
+            # a commits what it delivered and gives partition 1 up; b claims at that commit
+            committed(4, "a", {1: 4}),
+            revoked(4.1, "a", [1]),
+            assigned(4.5, "b", {1: 4}, generation=1),
+            consumed(5, "b", 1, 4, 9),
+            consumed(5.5, "a", 0, 6, 9),
+            committed(6, "b", {1: 10}),
+            committed(6, "a", {0: 10}),
+        ],
+    )
+    assert result.ok, result.summary()
+    assert result.duplicates == 0
+
+
+def test_redelivery_after_a_crash_is_allowed() -> None:
+    """a delivers 0..9 but commits 5, then dies; b starts at 5: 5..9 twice is at-least-once."""
+    log = produced({0: 20})
+    result = check(
+        log,
+        [
+            startup(0, "a"),
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 9),
+            committed(3, "a", {0: 5}),
+            startup(3.5, "b"),
+            assigned(8, "b", {0: 5}),
+            consumed(9, "b", 0, 5, 19),
+            committed(10, "b", {0: 20}),
+            revoked(11, "b", [0], reason="shutdown"),
+            shutdown(11, "b"),
+        ],
+        last_fault_ts=4,
+    )
+    assert result.ok, result.summary()
+    assert (result.duplicates, result.allowed_duplicates, result.lost) == (5, 5, 0)
+    assert (result.crashes, result.faults_seen) == (1, 1)
+
+
+def test_redelivery_after_an_unlogged_commit_is_allowed() -> None:
+    """a wrote commit 8 but was killed before logging it: b claims at 8 (its own report)."""
+    log = produced({0: 12})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 9),
+            committed(3, "a", {0: 4}),
+            assigned(8, "b", {0: 8}),
+            consumed(9, "b", 0, 8, 11),
+        ],
+    )
+    assert result.ok, result.summary()
+    assert result.allowed_duplicates == 2
+
+
+def test_expired_member_hands_over_after_its_suspension() -> None:
+    """a is suspended at 5, its session expires; b claims at 6; a comes back with S2."""
+    log = produced({0: 20, 1: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            assigned(1, "b", {1: -1}, session="0x9"),
+            consumed(2, "a", 0, 0, 9),
+            committed(3, "a", {0: 10}),
+            consumed(4, "a", 0, 10, 11),
+            state(5, "a", "suspended"),
+            assigned(6, "b", {0: 10}, session="0x9", generation=2),
+            consumed(6.5, "b", 0, 10, 19, session="0x9"),
+            consumed(6.6, "b", 1, 0, 9, session="0x9"),
+            revoked(7, "a", [0], reason="session_lost", session=S1),
+            state(7, "a", "rebalancing", session=S2),
+            state(8, "a", "running", session=S2),
+        ],
+    )
+    assert result.ok, result.summary()
+    assert (result.session_losses, result.suspensions) == (1, 1)
+    assert result.allowed_duplicates == 2
+
+
+def test_session_change_without_revoke_ends_ownership_at_the_suspension() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            committed(2.5, "a", {0: 5}),
+            state(3, "a", "suspended"),
+            assigned(4, "b", {0: 5}, session="0x9"),
+            consumed(5, "b", 0, 5, 9, session="0x9"),
+            state(6, "a", "rebalancing", session=S2),
+        ],
+    )
+    assert result.ok, result.summary()
+    assert result.session_losses == 1
+
+
+def test_resumed_session_keeps_ownership() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            state(3, "a", "suspended"),
+            state(4, "a", "running"),
+            consumed(5, "a", 0, 5, 9),
+        ],
+    )
+    assert result.ok, result.summary()
+    assert (result.suspensions, result.session_losses) == (1, 0)
+
+
+def test_offsets_missing_from_the_produced_log_are_not_skips() -> None:
+    """Compacted records and transaction markers leave offset gaps; the index has none."""
+    log = ProducedLog.from_records((T, 0, o, f"0:{o}") for o in (0, 1, 2, 5, 6, 9))
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 2),
+            committed(2.5, "a", {0: 5}),  # past the gap 3..4: nothing undelivered skipped
+            consumed(3, "a", 0, 5, 9, count=3),
+            committed(4, "a", {0: 10}),
+        ],
+    )
+    assert result.ok, result.summary()
+
+
+def test_a_kept_partition_stays_in_its_epoch_across_rebalances() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}, generation=1),
+            consumed(2, "a", 0, 0, 4),
+            state(3, "a", "rebalancing"),
+            state(3.5, "a", "running"),
+            consumed(4, "a", 0, 5, 9),
+        ],
+    )
+    assert result.ok, result.summary()
+    assert result.epochs == 1
+
+
+# -- lost ------------------------------------------------------------------------------------
+
+
+def test_lost_records_are_flagged() -> None:
+    log = produced({0: 10, 1: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1, 1: -1}),
+            consumed(2, "a", 0, 0, 9),
+            consumed(3, "a", 1, 0, 6),
+        ],
+    )
+    only(result, AnomalyKind.LOST)
+    (lost,) = result.anomalies
+    assert (lost.partition, lost.offsets, lost.count) == (1, (7, 8, 9), 3)
+    assert "3 in the tail" in lost.message
+    assert result.lost == 3
+
+
+# -- duplicates ------------------------------------------------------------------------------
+
+
+def test_redelivery_below_the_group_commit_is_a_duplicate() -> None:
+    """b read a stale offset (5) although a had committed 10 before releasing."""
+    log = produced({0: 15})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 9),
+            committed(3, "a", {0: 10}),
+            revoked(4, "a", [0]),
+            assigned(5, "b", {0: 5}),
+            consumed(6, "b", 0, 5, 14),
+        ],
+    )
+    only(result, AnomalyKind.DUPLICATE)
+    (dup,) = result.anomalies
+    assert (dup.member, dup.offsets, dup.count) == ("b", (5, 6, 7, 8, 9), 5)
+    assert result.allowed_duplicates == 0
+
+
+def test_new_owner_starting_below_its_own_claim_duplicates() -> None:
+    log = produced({0: 12})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 9),
+            committed(3, "a", {0: 8}),
+            assigned(8, "b", {0: 8}),
+            consumed(9, "b", 0, 3, 11),
+        ],
+    )
+    only(result, AnomalyKind.DUPLICATE)
+    assert result.anomalies[0].offsets == (3, 4, 5, 6, 7)
+
+
+# -- nonmonotonic / skip ---------------------------------------------------------------------
+
+
+def test_nonmonotonic_delivery_within_an_epoch() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            consumed(3, "a", 0, 3, 9),
+        ],
+    )
+    only(result, AnomalyKind.NONMONOTONIC)
+    assert result.anomalies[0].count == 2  # restarted 2 records back
+
+
+def test_skip_within_an_epoch() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            consumed(3, "a", 0, 7, 9),
+        ],
+    )
+    assert kinds(result) == {AnomalyKind.SKIP, AnomalyKind.LOST}, result.summary()
+    skip = result.by_kind()[AnomalyKind.SKIP][0]
+    assert (skip.offsets, skip.count) == ((5, 6), 2)
+
+
+def test_skip_inside_one_delivery() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [assigned(1, "a", {0: -1}), consumed(2, "a", 0, 0, 9, count=8)],
+    )
+    only(result, AnomalyKind.SKIP)
+
+
+def test_discontinuity_across_epochs_is_not_an_epoch_anomaly() -> None:
+    """A member that loses and regains a partition starts a new epoch at the commit."""
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 6),
+            committed(3, "a", {0: 4}),
+            revoked(4, "a", [0], reason="session_lost"),
+            assigned(5, "a", {0: 4}, session=S2, generation=2),
+            consumed(6, "a", 0, 4, 9, session=S2),
+        ],
+    )
+    assert result.ok, result.summary()
+    assert result.allowed_duplicates == 3
+
+
+# -- commits ---------------------------------------------------------------------------------
+
+
+def test_decreasing_commit_is_flagged() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 9),
+            committed(3, "a", {0: 10}),
+            committed(4, "a", {0: 8}),
+        ],
+    )
+    only(result, AnomalyKind.COMMIT_DECREASED)
+    assert result.anomalies[0].offsets == (8, 10)
+
+
+def test_zombie_commit_after_handover_decreases_and_is_unowned() -> None:
+    log = produced({0: 20})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 9),
+            committed(3, "a", {0: 5}),
+            revoked(4, "a", [0], reason="session_lost"),
+            assigned(5, "b", {0: 5}),
+            consumed(6, "b", 0, 5, 19),
+            committed(7, "b", {0: 20}),
+            committed(8, "a", {0: 10}, session=S2),  # the zombie writes its old position
+        ],
+    )
+    assert kinds(result) == {AnomalyKind.COMMIT_DECREASED, AnomalyKind.COMMIT_AHEAD}
+    ahead = result.by_kind()[AnomalyKind.COMMIT_AHEAD][0]
+    assert "without owning" in ahead.message
+
+
+def test_commit_ahead_of_delivery_is_flagged() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            committed(3, "a", {0: 8}),
+            consumed(4, "a", 0, 5, 9),
+        ],
+    )
+    only(result, AnomalyKind.COMMIT_AHEAD)
+    assert result.anomalies[0].offsets == (5, 6, 7)
+
+
+def test_commit_of_the_claim_offset_before_delivering_is_fine() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            committed(3, "a", {0: 5}),
+            revoked(4, "a", [0]),
+            assigned(5, "b", {0: 5}),
+            committed(6, "b", {0: 5}),
+            consumed(7, "b", 0, 5, 9),
+        ],
+    )
+    assert result.ok, result.summary()
+
+
+def test_commit_ahead_before_delivering_is_flagged() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            committed(2, "a", {0: 3}),
+            consumed(3, "a", 0, 0, 9),
+        ],
+    )
+    only(result, AnomalyKind.COMMIT_AHEAD)
+
+
+# -- hand-over continuity --------------------------------------------------------------------
+
+
+def test_new_owner_starting_after_the_commit_is_a_handover_gap() -> None:
+    log = produced({0: 20})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 9),
+            committed(3, "a", {0: 10}),
+            revoked(4, "a", [0]),
+            assigned(5, "b", {0: 10}),
+            consumed(6, "b", 0, 15, 19),
+        ],
+    )
+    assert kinds(result) == {AnomalyKind.HANDOVER_GAP, AnomalyKind.LOST}, result.summary()
+    gap = result.by_kind()[AnomalyKind.HANDOVER_GAP][0]
+    assert (gap.member, gap.offsets, gap.count) == ("b", (10, 11, 12, 13, 14), 5)
+    lost = result.by_kind()[AnomalyKind.LOST][0]
+    assert "5 below the highest delivered offset 19" in lost.message
+
+
+def test_first_owner_must_start_at_the_log_start_without_a_commit() -> None:
+    log = produced({0: 10})
+    result = check(log, [assigned(1, "a", {0: -1}), consumed(2, "a", 0, 3, 9)])
+    assert kinds(result) == {AnomalyKind.HANDOVER_GAP, AnomalyKind.LOST}
+
+
+def test_handover_uses_the_group_commit_when_the_claim_offset_is_unknown() -> None:
+    log = produced({0: 10})
+    clean = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            committed(3, "a", {0: 5}),
+            revoked(4, "a", [0]),
+            assigned(5, "b", {0: -1}),
+            consumed(6, "b", 0, 5, 9),
+        ],
+    )
+    assert clean.ok, clean.summary()
+
+
+# -- exclusive ownership ---------------------------------------------------------------------
+
+
+def test_two_owners_delivering_at_once_overlap() -> None:
+    log = produced({0: 20})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            committed(2.5, "a", {0: 5}),
+            assigned(3, "b", {0: 5}),  # a never gave it up
+            consumed(4, "b", 0, 5, 9),
+            consumed(5, "a", 0, 5, 14),
+            consumed(6, "b", 0, 10, 19),
+        ],
+    )
+    assert AnomalyKind.OWNERSHIP_OVERLAP in kinds(result), result.summary()
+    members = {a.member for a in result.by_kind()[AnomalyKind.OWNERSHIP_OVERLAP]}
+    assert members == {"a", "b"}
+
+
+def test_zombie_delivering_after_its_suspension_is_flagged() -> None:
+    """a's session was lost: it owned until its suspension; delivering later is a zombie."""
+    log = produced({0: 20})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            committed(2.5, "a", {0: 5}),
+            state(3, "a", "suspended"),
+            assigned(4, "b", {0: 5}, session="0x9"),
+            consumed(5, "b", 0, 5, 9, session="0x9"),
+            consumed(6, "a", 0, 5, 19),  # the zombie wakes up and hands records out
+            revoked(7, "a", [0], reason="session_lost"),
+            state(7, "a", "rebalancing", session=S2),
+            shutdown(10, "b", session="0x9"),
+        ],
+    )
+    assert {AnomalyKind.OWNERSHIP_OVERLAP, AnomalyKind.UNOWNED_DELIVERY} <= kinds(result)
+    overlap = result.by_kind()[AnomalyKind.OWNERSHIP_OVERLAP][0]
+    assert overlap.member == "a"
+
+
+def _paused_history(zombie_delivery: bool) -> list[dict[str, Any]]:
+    """a is SIGSTOPped after ts 2 past its session timeout; b claims at 6; a resumes at 8."""
+    events = [
+        assigned(1, "a", {0: -1}),
+        consumed(2, "a", 0, 0, 4),
+        committed(2.5, "a", {0: 5}),
+        assigned(6, "b", {0: 5}, session="0x9"),
+        consumed(6.5, "b", 0, 5, 9, session="0x9"),
+        ev(8, "a", "commit_failed", offsets=[], reason="interval", error="session expired"),
+        state(8.1, "a", "suspended"),
+        revoked(8.2, "a", [0], reason="session_lost"),
+        state(8.2, "a", "rebalancing", session=S2),
+        consumed(9, "b", 0, 10, 19, session="0x9"),
+        shutdown(10, "b", session="0x9"),
+    ]
+    if zombie_delivery:
+        # a hands out a queued batch before it notices that its session is gone
+        events.append(consumed(7.5, "a", 0, 5, 9))
+    return events
+
+
+def test_member_frozen_past_its_session_timeout_is_not_an_owner_meanwhile() -> None:
+    """Its epoch ended by session loss: it held the partition until its last delivery only."""
+    result = check(produced({0: 20}), _paused_history(zombie_delivery=False))
+    assert result.ok, result.summary()
+    assert (result.session_losses, result.suspensions) == (1, 1)
+
+
+def test_zombie_delivering_before_noticing_its_expiry_overlaps() -> None:
+    result = check(produced({0: 20}), _paused_history(zombie_delivery=True))
+    only(result, AnomalyKind.OWNERSHIP_OVERLAP)
+    members = {a.member for a in result.anomalies}
+    assert members == {"a", "b"}  # a delivered inside b's holding, and b inside a's (to 7.5)
+
+
+def test_delivery_without_assignment_is_unowned() -> None:
+    log = produced({0: 10})
+    result = check(log, [consumed(1, "a", 0, 0, 9)])
+    only(result, AnomalyKind.UNOWNED_DELIVERY)
+
+
+def test_delivery_after_revoke_is_unowned() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            revoked(3, "a", [0]),
+            consumed(4, "a", 0, 5, 9),
+        ],
+    )
+    only(result, AnomalyKind.UNOWNED_DELIVERY)
+
+
+def test_killed_member_owns_until_its_last_event() -> None:
+    """b claims after a's last event: no overlap, even though a never revoked."""
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            startup(0, "a"),
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            committed(3, "a", {0: 5}),
+            assigned(7, "b", {0: 5}),
+            consumed(8, "b", 0, 5, 9),
+        ],
+    )
+    assert result.ok, result.summary()
+
+
+def test_restarted_member_is_a_new_incarnation() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            startup(0, "a"),
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 6),
+            committed(3, "a", {0: 5}),
+            startup(5, "a"),
+            assigned(6, "a", {0: 5}, session=S2),
+            consumed(7, "a", 0, 5, 9, session=S2),
+        ],
+    )
+    assert result.ok, result.summary()
+    assert (result.incarnations, result.crashes, result.allowed_duplicates) == (2, 2, 2)
+
+
+# -- liveness --------------------------------------------------------------------------------
+
+
+def _crash_history(reclaim_ts: float | None) -> list[dict[str, Any]]:
+    events = [
+        startup(0, "a"),
+        startup(0, "b"),
+        assigned(1, "a", {0: -1}),
+        assigned(1, "b", {1: -1}, session="0x9"),
+        consumed(2, "a", 0, 0, 4),
+        committed(3, "a", {0: 5}),
+        consumed(3, "b", 1, 0, 9, session="0x9"),
+    ]
+    if reclaim_ts is not None:
+        events += [
+            assigned(reclaim_ts, "b", {0: 5}, session="0x9", generation=2),
+            consumed(reclaim_ts + 0.5, "b", 0, 5, 9, session="0x9"),
+        ]
+    events.append(shutdown(40, "b", session="0x9"))
+    return events
+
+
+def test_partition_owned_again_within_the_session_timeout_is_live() -> None:
+    result = check(produced({0: 10, 1: 10}), _crash_history(12), last_fault_ts=10)
+    assert result.ok, result.summary()
+
+
+@pytest.mark.parametrize("reclaim_ts", [30.0, None], ids=["late", "never"])
+def test_partition_not_owned_again_in_time_is_a_liveness_failure(
+    reclaim_ts: float | None,
+) -> None:
+    result = check(produced({0: 10, 1: 10}), _crash_history(reclaim_ts), last_fault_ts=10)
+    assert AnomalyKind.LIVENESS in kinds(result), result.summary()
+    (late,) = result.by_kind()[AnomalyKind.LIVENESS]
+    assert late.partition == 0
+    assert ("first at 20.0 s" if reclaim_ts else "never") in late.message
+
+
+def test_liveness_is_not_checked_without_a_fault_time() -> None:
+    result = check(produced({0: 10, 1: 10}), _crash_history(30))
+    assert result.ok, result.summary()
+
+
+# -- inconsistent ----------------------------------------------------------------------------
+
+
+def test_value_differing_from_the_produced_one_is_inconsistent() -> None:
+    log = produced({0: 10})
+    bad = consumed(2, "a", 0, 0, 9)
+    bad["last"] = "0:99"
+    result = check(log, [assigned(1, "a", {0: -1}), bad])
+    only(result, AnomalyKind.INCONSISTENT)
+
+
+def test_offset_not_in_the_produced_log_is_inconsistent() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [assigned(1, "a", {0: -1}), consumed(2, "a", 0, 0, 9), consumed(3, "a", 0, 10, 12)],
+    )
+    only(result, AnomalyKind.INCONSISTENT)
+
+
+# -- loaders and the result ------------------------------------------------------------------
+
+
+def test_produced_log_round_trips_through_json_lines(tmp_path: Path) -> None:
+    log = produced({0: 3, 2: 2})
+    path = tmp_path / "produced.jsonl"
+    log.write(path)
+    assert load_produced_log(path) == log
+    assert len(log) == 5
+    assert log.partitions() == [(T, 0), (T, 2)]
+
+
+def test_produced_log_accepts_a_plain_mapping() -> None:
+    mapping = {(T, 0): [(0, b"0:0"), (1, b"0:1")]}
+    result = check_history(
+        mapping, [assigned(1, "a", {0: -1}), consumed(2, "a", 0, 0, 1)], session_timeout_ms=1
+    )
+    assert result.ok, result.summary()
+
+
+def test_load_events_merges_files_by_time_and_drops_a_partial_last_line(
+    tmp_path: Path,
+) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(
+        "\n".join(json.dumps(e) for e in [assigned(1, "a", {0: -1}), consumed(3, "a", 0, 0, 4)])
+        + '\n{"ts": 5, "member": "a", "ty'  # killed mid-line
+    )
+    b.write_text(json.dumps(startup(2, "b")) + "\n")
+    events = load_events(a, b)
+    assert [(e["ts"], e["type"]) for e in events] == [
+        (1, "assigned"),
+        (2, "startup"),
+        (3, "consumed"),
+    ]
+
+
+def test_load_events_rejects_a_corrupt_line_in_the_middle(tmp_path: Path) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text('{"ts": 1, "type": "x"}\nnot json\n{"ts": 2, "type": "y"}\n')
+    with pytest.raises(ValueError, match="e.jsonl:2"):
+        load_events(path)
+
+
+def test_summary_names_counts_and_anomalies() -> None:
+    log = produced({0: 10})
+    result = check(log, [assigned(1, "a", {0: -1}), consumed(2, "a", 0, 0, 4)])
+    assert not result.ok
+    text = result.summary()
+    assert "produced=10 delivered=5" in text
+    assert "lost=1" in text
+    assert "lost t/0" in text
