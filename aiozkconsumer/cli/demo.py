@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
+import click
 from tqdm import tqdm
 
 from ..config import ConsumerConfig
@@ -28,8 +29,9 @@ from ..rebalance import RebalanceRecord
 from ..stream import KafkaStream
 from ..zk import layout
 from ..zk.client import ZkClient
+from ._common import run_async
 
-__all__ = ["DemoResult", "add_parser", "run_demo"]
+__all__ = ["DemoResult", "demo", "run_demo"]
 
 
 class Cluster(Protocol):
@@ -50,43 +52,65 @@ class Cluster(Protocol):
     async def log_end_offsets(self, topic: str) -> dict[int, int]: ...
 
 
-def add_parser(sub: Any) -> None:
-    """Add the ``demo`` subcommand to the CLI's subparsers."""
-    p = sub.add_parser(
-        "demo",
-        help="run a consumer group against a local cluster and verify nothing is lost",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--zookeeper", help="use this ZooKeeper (host:port[/chroot]) instead of a local cluster"
-    )
-    p.add_argument("--bootstrap-server", help="Kafka brokers of that cluster (host:port,...)")
-    p.add_argument(
-        "--records", type=int, default=1_000_000, help="records to produce (default: %(default)s)"
-    )
-    p.add_argument(
-        "--partitions", type=int, default=8, help="partitions of the topic (default: %(default)s)"
-    )
-    p.add_argument(
-        "--consumers", type=int, default=3, help="connectors in the group (default: %(default)s)"
-    )
-    p.add_argument(
-        "--streams", type=int, default=2, help="streams per connector (default: %(default)s)"
-    )
-    p.add_argument(
-        "--value-size", type=int, default=100, help="bytes per value (default: %(default)s)"
-    )
-    p.add_argument("--topic", help="topic name (default: a new unique one)")
-    p.add_argument("--group", help="group id (default: a new unique one)")
-    p.add_argument(
-        "--stall-timeout",
-        type=float,
-        default=120.0,
-        help="give up when no new record arrives for this many seconds (default: %(default)s)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="do not show progress bars")
-    p.set_defaults(func=_main)
+@click.command("demo", help=__doc__, short_help="Run a consumer group end to end and verify it.")
+@click.option(
+    "--zookeeper", help="Use this ZooKeeper (host:port[/chroot]) instead of a local cluster."
+)
+@click.option("--bootstrap-server", help="Kafka brokers of that cluster (host:port,...).")
+@click.option(
+    "--records",
+    type=click.IntRange(min=1),
+    default=1_000_000,
+    show_default=True,
+    help="Records to produce.",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Partitions of the topic.",
+)
+@click.option(
+    "--consumers",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Connectors in the group.",
+)
+@click.option(
+    "--streams",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Streams per connector.",
+)
+@click.option(
+    "--value-size",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Bytes per value.",
+)
+@click.option("--topic", help="Topic name (default: a new unique one).")
+@click.option("--group", help="Group id (default: a new unique one).")
+@click.option(
+    "--stall-timeout",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Give up when no new record arrives for this many seconds.",
+)
+@click.option("--no-progress", is_flag=True, help="Do not show progress bars.")
+def demo(**options: Any) -> None:
+    args = argparse.Namespace(**options)
+    if args.zookeeper and not args.bootstrap_server:
+        raise click.UsageError("--zookeeper needs --bootstrap-server too")
+    if args.bootstrap_server and not args.zookeeper:
+        raise click.UsageError("--bootstrap-server needs --zookeeper too")
+    code = run_async(lambda: _amain(args))
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 @dataclass
@@ -389,8 +413,6 @@ class ExistingCluster:
 @contextlib.asynccontextmanager
 async def _cluster(args: argparse.Namespace) -> AsyncIterator[Cluster]:
     if args.zookeeper:
-        if not args.bootstrap_server:
-            raise SystemExit("--zookeeper needs --bootstrap-server too")
         yield ExistingCluster(args.zookeeper, args.bootstrap_server)
         return
     from ..testing import LocalCluster
@@ -410,10 +432,3 @@ async def _amain(args: argparse.Namespace) -> int:
         result = await run_demo(cluster, args)
     print_summary(result)
     return 0 if result.ok else 1
-
-
-def _main(args: argparse.Namespace) -> int:
-    for name in ("records", "partitions", "consumers", "streams", "value_size"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
-    return asyncio.run(_amain(args))

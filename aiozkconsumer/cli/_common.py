@@ -1,0 +1,154 @@
+"""What every ``aiozkconsumer`` command shares: exit codes, error translation, common options."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import click
+
+from ..errors import (
+    BrokerNotAvailableError,
+    ConsumerError,
+    InvalidConfigError,
+    NoBrokersError,
+    UnknownTopicError,
+    ZookeeperConnectionError,
+    ZookeeperSessionExpiredError,
+)
+from ..tools import OffsetsFileError, UnknownGroupError
+
+__all__ = [
+    "CliError",
+    "ExitCode",
+    "cluster_options",
+    "echo_json",
+    "exit_code_for",
+    "output_option",
+    "run_async",
+    "NAME",
+]
+
+_T = TypeVar("_T")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class ExitCode(enum.IntEnum):
+    """The documented exit statuses of every command."""
+
+    OK = 0
+    """Success."""
+    FAILED = 1
+    """A check failed or the tool refused (rebalance not valid, group still active, ...)."""
+    USAGE = 2
+    """Bad usage: an unknown option, a bad value, a malformed input file."""
+    UNREACHABLE = 3
+    """ZooKeeper or the Kafka brokers could not be reached (or none is registered)."""
+    UNKNOWN = 4
+    """The group or topic does not exist."""
+    INTERRUPTED = 130
+    """Interrupted with Ctrl-C where the command does not handle it itself."""
+
+
+class CliError(click.ClickException):
+    """An error shown as one ``Error: ...`` line on stderr, with an exit status."""
+
+    def __init__(self, message: str, exit_code: int = ExitCode.FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = int(exit_code)  # type: ignore[misc]  # a ClassVar in click's stubs
+
+
+def exit_code_for(error: BaseException) -> int:
+    """The exit status an exception from the tools maps to (see :class:`ExitCode`)."""
+    if isinstance(error, UnknownGroupError | UnknownTopicError):
+        return ExitCode.UNKNOWN
+    if isinstance(
+        error,
+        ZookeeperConnectionError
+        | ZookeeperSessionExpiredError
+        | NoBrokersError
+        | BrokerNotAvailableError,
+    ):
+        return ExitCode.UNREACHABLE
+    if isinstance(error, OffsetsFileError | InvalidConfigError):
+        return ExitCode.USAGE
+    return ExitCode.FAILED
+
+
+def run_async(make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+    """Run a coroutine in a new event loop; turn the tools' errors into :class:`CliError`."""
+    try:
+        return asyncio.run(make())
+    except ConsumerError as e:
+        raise CliError(str(e), exit_code_for(e)) from None
+    except KeyboardInterrupt:
+        raise CliError("interrupted", ExitCode.INTERRUPTED) from None
+
+
+def echo_json(value: Any) -> None:
+    """Print ``value`` as indented JSON on stdout."""
+    click.echo(json.dumps(value, indent=2))
+
+
+def output_option(f: _F) -> _F:
+    """``--output text|json``."""
+    return click.option(
+        "--output",
+        "-o",
+        "output",
+        type=click.Choice(["text", "json"], case_sensitive=False),
+        default="text",
+        show_default=True,
+        help="Output format: a table for people or JSON for programs.",
+    )(f)
+
+
+def cluster_options(f: _F) -> _F:
+    """``--zookeeper``, ``--bootstrap-server`` and ``--connect-timeout-ms``."""
+    f = click.option(
+        "--connect-timeout-ms",
+        type=click.IntRange(min=1),
+        default=6000,
+        show_default=True,
+        help="zookeeper.connection.timeout.ms: how long to wait for the ZooKeeper session "
+        "before giving up with exit status 3.",
+    )(f)
+    f = click.option(
+        "--bootstrap-server",
+        metavar="HOST:PORT[,...]",
+        envvar="AIOZKCONSUMER_BOOTSTRAP_SERVER",
+        help="Kafka brokers to ask for offsets and metadata. Default: the brokers registered "
+        "in ZooKeeper under /brokers/ids. Needed for KRaft clusters. "
+        "[env: AIOZKCONSUMER_BOOTSTRAP_SERVER]",
+    )(f)
+    f = click.option(
+        "--zookeeper",
+        metavar="HOST:PORT[,...][/CHROOT]",
+        default="localhost:2181",
+        show_default=True,
+        envvar="AIOZKCONSUMER_ZOOKEEPER",
+        help="ZooKeeper connect string of the consumer groups. [env: AIOZKCONSUMER_ZOOKEEPER]",
+    )(f)
+    return f
+
+
+class _ZkName(click.ParamType[str]):
+    """A group id or topic name: one ZooKeeper path element."""
+
+    name = "name"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from ..zk import layout
+
+        try:
+            layout.group_dir(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+        return str(value)
+
+
+NAME = _ZkName()
+"""Click type of group ids and topic names."""

@@ -1,0 +1,228 @@
+"""``examples/service.py``: the aiohttp service embedding a connector, over real HTTP.
+
+Started as a subprocess (stopped with SIGTERM) and in-process (its task cancelled by the
+host); both must leave the group with the consumed offsets committed in ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import aiohttp
+import anyio
+import pytest
+
+from aiozkconsumer.testing import LocalCluster
+from aiozkconsumer.zk import layout
+
+pytestmark = pytest.mark.integration
+
+SERVICE_PY = Path(__file__).resolve().parent.parent / "examples" / "service.py"
+PARTITIONS = 3
+
+
+def _load_service() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("aiozkconsumer_example_service", SERVICE_PY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+service = _load_service()
+
+
+@pytest.fixture
+async def topic(zk_kafka_cluster: LocalCluster, unique_topic: str) -> str:
+    await zk_kafka_cluster.create_topic(unique_topic, PARTITIONS)
+    return unique_topic
+
+
+async def _produce(cluster: LocalCluster, topic: str, per_partition: int) -> dict[int, int]:
+    await cluster.produce_to_partitions(
+        topic, {p: [(None, b"x" * 50)] * per_partition for p in range(PARTITIONS)}
+    )
+    return await cluster.log_end_offsets(topic)
+
+
+async def _committed(zk_client: Any, group: str, topic: str) -> dict[int, int]:
+    result = {}
+    for p in range(PARTITIONS):
+        path = layout.offset_path(group, topic, p)
+        if await zk_client.exists(path):
+            result[p] = int(await zk_client.get_data(path))
+    return result
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, Any]]:
+    async with session.get(url) as response:
+        return response.status, await response.json()
+
+
+async def _wait_consumed(
+    session: aiohttp.ClientSession, url: str, ends: dict[int, int]
+) -> dict[str, Any]:
+    """Poll ``/health`` until every partition's consumed offset reached the log end.
+
+    Another process's progress has no event to wait on: polling over HTTP is the interface.
+    """
+    with anyio.fail_after(60):
+        while True:
+            status, body = await _get_json(session, f"{url}/health")
+            consumed = {p["partition"]: p["consumed_offset"] for p in body["owned_partitions"]}
+            if status == 200 and consumed == ends:
+                return body
+            await anyio.sleep(0.1)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def test_service_subprocess_serves_health_and_metrics_and_commits_on_sigterm(
+    zk_kafka_cluster: LocalCluster,
+    zk_client: Any,
+    http: aiohttp.ClientSession,
+    topic: str,
+    unique_group_id: str,
+) -> None:
+    group = unique_group_id
+    await _produce(zk_kafka_cluster, topic, 100)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(SERVICE_PY), "--port", "0", "--streams", "2",
+        # Only the shutdown commits: what ZooKeeper holds afterwards is its work.
+        "--property", "auto.commit.interval.ms=600000",
+        stderr=asyncio.subprocess.PIPE,
+        env={
+            **os.environ,
+            "AIOZKCONSUMER_ZOOKEEPER": zk_kafka_cluster.zookeeper_connect,
+            "AIOZKCONSUMER_GROUP": group,
+            "AIOZKCONSUMER_TOPIC": topic,
+            "PYTHONUNBUFFERED": "1",
+        },
+    )  # fmt: skip
+    log: list[str] = []
+    try:
+        assert proc.stderr is not None
+        with anyio.fail_after(60):
+            while not (match := re.search(r"listening on (http://\S+)", "".join(log[-1:]))):
+                line = (await proc.stderr.readline()).decode()
+                assert line, "".join(log)
+                log.append(line)
+        url = match.group(1)
+
+        ends = await _produce(zk_kafka_cluster, topic, 50)  # more, while it runs
+        body = await _wait_consumed(http, url, ends)
+        assert body["state"] == "running"
+        assert body["consumer_id"].startswith(f"{group}_")
+        assert body["session_id"].startswith("0x")
+        assert body["last_error"] is None
+        assert body["records_handled"] == sum(ends.values())
+        assert sorted(p["partition"] for p in body["owned_partitions"]) == list(range(PARTITIONS))
+
+        async with http.get(f"{url}/metrics") as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("text/plain")
+            metrics = await response.text()
+        assert "# TYPE kafka_consumer_zookeeper_consumer_connector_rebalance_ms summary" in metrics
+        assert f'client_id="{group}"' in metrics
+        assert await _committed(zk_client, group, topic) == {}  # nothing committed yet
+
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(60):
+            _, err = await proc.communicate()
+        log.append(err.decode())
+        assert proc.returncode == 0, "".join(log)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert await _committed(zk_client, group, topic) == ends
+    assert await zk_client.get_children(layout.ids_dir(group)) == []
+    assert await zk_client.get_children(layout.owners_dir(group, topic)) == []
+
+
+async def test_service_in_process_survives_cancellation_of_its_task(
+    zk_kafka_cluster: LocalCluster,
+    zk_client: Any,
+    http: aiohttp.ClientSession,
+    topic: str,
+    unique_group_id: str,
+) -> None:
+    group = unique_group_id
+    ends = await _produce(zk_kafka_cluster, topic, 200)
+    settings = service.Settings(
+        zookeeper=zk_kafka_cluster.zookeeper_connect,
+        group=group,
+        topic=topic,
+        streams=2,
+        port=0,
+        properties={"auto.commit.interval.ms": "600000"},
+    )
+    app = service.create_app(settings)
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(service.serve(app, "127.0.0.1", 0, on_ready=ready.set_result))
+    try:
+        with anyio.fail_after(60):
+            url = await asyncio.shield(ready)
+        consumer = app[service.SERVICE]
+        with anyio.fail_after(60):
+            await consumer.wait_handled(sum(ends.values()))
+        status, body = await _get_json(http, f"{url}/health")
+        assert status == 200
+        assert {p["partition"]: p["consumed_offset"] for p in body["owned_partitions"]} == ends
+    finally:
+        server.cancel()
+        with anyio.fail_after(60), contextlib.suppress(asyncio.CancelledError):
+            await server
+    assert server.cancelled()
+    assert consumer.connector.statistics().state.value == "closed"
+    assert await _committed(zk_client, group, topic) == ends
+    assert await zk_client.get_children(layout.ids_dir(group)) == []
+
+
+async def test_health_is_503_when_a_consumer_task_fails(
+    zk_kafka_cluster: LocalCluster,
+    http: aiohttp.ClientSession,
+    topic: str,
+    unique_group_id: str,
+) -> None:
+    await _produce(zk_kafka_cluster, topic, 1)
+    failed = asyncio.Event()
+
+    async def broken_handler(msg: Any) -> None:
+        failed.set()
+        raise RuntimeError(f"cannot handle offset {msg.offset}")
+
+    settings = service.Settings(
+        zookeeper=zk_kafka_cluster.zookeeper_connect, group=unique_group_id, topic=topic, port=0
+    )
+    app = service.create_app(settings, broken_handler)
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(service.serve(app, "127.0.0.1", 0, on_ready=ready.set_result))
+    try:
+        with anyio.fail_after(60):
+            url = await asyncio.shield(ready)
+            await failed.wait()
+            await app[service.SERVICE].failed.wait()
+        status, body = await _get_json(http, f"{url}/health")
+        assert status == 503
+        assert body["state"] == "running"
+        assert body["last_error"] == "RuntimeError: cannot handle offset 0"
+    finally:
+        server.cancel()
+        with anyio.fail_after(60), contextlib.suppress(asyncio.CancelledError):
+            await server
