@@ -20,6 +20,7 @@ from .connector import (
 )
 from .errors import (
     BrokerNotAvailableError,
+    CommitFencedError,
     ConsumerClosedError,
     ConsumerError,
     ConsumerRebalanceFailedError,
@@ -51,6 +52,7 @@ from .subscription import Blacklist, ConsumerThreadId, TopicFilter, Whitelist
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "CommitFencedError",
     "Blacklist",
     "BrokerNotAvailableError",
     "ConnectorState",

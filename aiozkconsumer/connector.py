@@ -25,6 +25,7 @@ from .cluster import KafkaClient, bootstrap_from_brokers, read_brokers
 from .config import ConsumerConfig
 from .errors import (
     BrokerNotAvailableError,
+    CommitFencedError,
     ConsumerClosedError,
     ConsumerError,
     ConsumerRebalanceFailedError,
@@ -38,7 +39,7 @@ from .errors import (
 )
 from .fetcher import FetcherManager
 from .metrics import ConsumerMetrics
-from .offsets import OffsetStore, make_offset_store
+from .offsets import OffsetStore, ZookeeperOffsetStore, make_offset_store
 from .rebalance import Rebalancer, RebalanceRecord
 from .records import OwnershipGate, PartitionTopicInfo, TopicPartition
 from .stream import SHUTDOWN_COMMAND, ChunkQueue, Decoder, KafkaStream
@@ -153,6 +154,9 @@ class ConnectorStatistics:
     kafka_commits: int
     last_error: BaseException | None
 
+
+LEASE_FRACTION = 0.8
+"""Share of the session timeout a successful ZooKeeper round trip extends the lease by."""
 
 METADATA_REFRESH_MS = 5000
 """How often a consumer on a KRaft cluster (metadata from Kafka) re-reads topics and partition
@@ -326,6 +330,7 @@ class ZookeeperConsumerConnector:
         self._tg = tg
         try:
             await tg.start(self._supervise)
+            self._bg_tg.start_soon(self._renew_lease)
         except BaseException:
             self._tg = None
             await tg.__aexit__(None, None, None)
@@ -868,6 +873,26 @@ class ZookeeperConsumerConnector:
                 last = counts
             await anyio.sleep(METADATA_REFRESH_MS / 1000)
 
+    async def _renew_lease(self) -> None:
+        """Keep the gate's lease: each ZooKeeper round trip proves the session alive.
+
+        The server cannot expire the session sooner than one (negotiated) session timeout
+        after it heard from us, so a round trip started at ``t0`` extends the lease to
+        ``t0 + 0.8 x timeout``. A process paused past that (or cut off) finds its lease over
+        when it wakes up, and hands out nothing until the session is confirmed again.
+        """
+        while True:
+            t0 = time.monotonic()
+            timeout_s = self.zk.negotiated_timeout_s
+            try:
+                with anyio.fail_after(timeout_s / 2):
+                    await self.zk.exists("/")
+            except (ZookeeperError, TimeoutError) as e:
+                log.debug("[%s] lease renewal failed: %r", self.consumer_id_string, e)
+            else:
+                self.gate.extend(t0 + LEASE_FRACTION * timeout_s)
+            await anyio.sleep(timeout_s / 4)
+
     async def _watch_session(self) -> None:
         """Follow the session: hold records back while suspended; re-register after expiry.
 
@@ -913,8 +938,12 @@ class ZookeeperConsumerConnector:
 
         As ``commitOffsets`` (0.10.2): with no argument, the consumed offset ("next offset to
         read") of every owned partition; with ``offsets``, exactly those (the selective commit
-        MirrorMaker used, 0.9+). ZooKeeper storage writes only offsets that changed; Kafka
-        storage always commits in full (KAFKA-1510); dual commit does both.
+        MirrorMaker used, 0.9+) — of partitions this member owns: another member's are
+        refused (``CommitFencedError``; operators set offsets with the CLI). ZooKeeper storage
+        writes only offsets that changed; Kafka storage always commits in full (KAFKA-1510);
+        dual commit does both. Every commit is fenced: it is refused for a partition another
+        member claimed since this one did (a member that was paused past its session timeout
+        cannot move the new owner's offset back).
 
         The original's ``retryOnFailure`` was inverted (a single attempt when ``True``); here
         ``True`` means what it says: ``1 + offsets.commit.max.retries`` attempts, with
@@ -931,8 +960,10 @@ class ZookeeperConsumerConnector:
             ZookeeperConnectionError: the ZooKeeper session is suspended (nothing is committed
                 while another member may own the partitions) or ZooKeeper is unreachable.
             OffsetCommitError: Kafka refused some offsets after every attempt.
+            CommitFencedError: some partitions are not (or no longer) owned by this member;
+                the others were committed, the fenced ones dropped and a rebalance requested.
         """
-        if not self.gate.open:
+        if not self.gate.passable():
             raise ZookeeperConnectionError(
                 "the ZooKeeper session is suspended: not committing while another member may "
                 "own the partitions"
@@ -943,25 +974,88 @@ class ZookeeperConsumerConnector:
         return await self.store_commit(offsets, retries)
 
     async def store_commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
-        """Commit through the offset store, counting the writes in the commit meters."""
+        """Commit through the offset store, fenced, counting the writes in the commit meters.
+
+        Owned partitions are committed only while their fencing token is unchanged: in the
+        same ZooKeeper multi-op with ZooKeeper storage, by a check just before with Kafka
+        storage. A partition found fenced is dropped from this member (another one owns it
+        now) and a rebalance is requested.
+
+        Raises:
+            CommitFencedError: some partitions were fenced (the others were committed).
+            ZookeeperConnectionError, OffsetCommitError: as ``commit_offsets``.
+        """
         store = self.offset_store
+        registry = self.topic_registry
+        # Only what this member owns now: a partition it lost (session expiry, fencing) is
+        # someone else's to commit.
+        fenced: set[TopicPartition] = {tp for tp in offsets if tp not in registry}
+        offsets = {tp: o for tp, o in offsets.items() if tp in registry}
+        fences = {
+            tp: registry[tp].fence for tp in offsets if tp in registry and registry[tp].fence >= 0
+        }
+        if fences and not isinstance(store, ZookeeperOffsetStore):
+            fenced |= await self._fenced(fences)
+            offsets = {tp: o for tp, o in offsets.items() if tp not in fenced}
         zk_before, kafka_before = store.zookeeper_commits, store.kafka_commits
         try:
-            return await store.commit(offsets, retries=retries)
+            written = await store.commit(offsets, retries=retries, fences=fences)
+        except CommitFencedError as e:
+            fenced |= e.fenced
+            written = 0
         finally:
             if store.zookeeper_commits > zk_before:
                 self.metrics.zookeeper_commits_per_sec().mark(store.zookeeper_commits - zk_before)
             if store.kafka_commits > kafka_before:
                 self.metrics.kafka_commits_per_sec().mark(store.kafka_commits - kafka_before)
             self.committed_offsets.update(
-                {tp: o for tp, o in offsets.items() if o >= 0 and tp in self.topic_registry}
+                {
+                    tp: o
+                    for tp, o in offsets.items()
+                    if o >= 0 and tp in self.topic_registry and tp not in fenced
+                }
             )
+        if fenced:
+            self._drop_fenced(fenced)
+            raise CommitFencedError(self.config.group_id, fenced)
+        return written
+
+    async def _fenced(self, fences: Mapping[TopicPartition, int]) -> set[TopicPartition]:
+        """Partitions whose fencing node moved past the token we hold."""
+        fenced = set()
+        for tp, token in fences.items():
+            got = await self.zk.get(
+                layout.fencing_path(self.config.group_id, tp.topic, tp.partition)
+            )
+            if got is None or got[1].version != token:
+                fenced.add(tp)
+        return fenced
+
+    def _drop_fenced(self, fenced: Iterable[TopicPartition]) -> None:
+        """Stop handing out and fetching partitions another member claimed since."""
+        fenced = [tp for tp in fenced if tp in self.topic_registry]
+        if not fenced:
+            return
+        log.warning(
+            "[%s] %d partition(s) were claimed by another member since this one claimed them "
+            "(it was paused or lost its session?): dropping %s",
+            self.consumer_id_string,
+            len(fenced),
+            ", ".join(map(str, sorted(fenced))),
+        )
+        for tp in fenced:
+            self.topic_registry[tp].active = False
+        self.fetcher.remove_partitions(fenced)
+        self.topic_registry = {tp: p for tp, p in self.topic_registry.items() if tp not in fenced}
+        self.offset_store.forget(fenced)
+        self.owned_partitions_changed()
+        self.request_rebalance("commit fenced")
 
     async def _auto_commit(self) -> None:
         interval = self.config.auto_commit_interval_ms / 1000
         while True:
             await anyio.sleep(interval)
-            if not self.gate.open:
+            if not self.gate.passable():
                 continue  # the session is in doubt: another member may own the partitions
             try:
                 await self.commit_offsets()

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .records import TopicPartition
 
 __all__ = [
+    "CommitFencedError",
     "BrokerNotAvailableError",
     "ConsumerClosedError",
     "ConsumerError",
@@ -256,3 +257,24 @@ class OffsetOutOfRangeError(ConsumerError):
 
 class CorruptRecordError(ConsumerError):
     """A fetched record batch does not parse (``CorruptRecordException``)."""
+
+
+class CommitFencedError(OffsetStorageError):
+    """A commit was refused because another member claimed the partitions since.
+
+    Each claim bumps the partition's fencing node (``/consumers/<group>/fencing/<topic>/<p>``);
+    a member commits only while the node still has the version it saw when it claimed. A
+    member that was paused past its session timeout (a zombie) is refused this way instead
+    of moving the new owner's committed offset backwards.
+
+    Attributes:
+        fenced: the partitions whose commit was refused.
+    """
+
+    def __init__(self, group: str, fenced: Iterable[TopicPartition]) -> None:
+        self.fenced = frozenset(fenced)
+        shown = ", ".join(str(tp) for tp in sorted(self.fenced))
+        super().__init__(
+            f"offset commit of group {group!r} refused for {shown}: another member claimed "
+            "them since this member did (fenced)"
+        )

@@ -51,6 +51,7 @@ from aiokafka.protocol.coordination import FindCoordinatorRequest
 
 from .cluster import KafkaClient
 from .errors import (
+    CommitFencedError,
     ConsumerClosedError,
     ConsumerError,
     MalformedZookeeperDataError,
@@ -325,8 +326,20 @@ class OffsetStore(Protocol):
         """Read the committed offsets of ``tps``; ``NO_OFFSET`` (-1) where none is committed."""
         ...
 
-    async def commit(self, offsets: Mapping[TopicPartition, int], *, retries: int = 0) -> int:
-        """Commit ``offsets`` in ``1 + retries`` attempts at most; return partitions written."""
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        *,
+        retries: int = 0,
+        fences: Mapping[TopicPartition, int] | None = None,
+    ) -> int:
+        """Commit ``offsets`` in ``1 + retries`` attempts at most; return partitions written.
+
+        ``fences`` (``{partition: fencing token}``) make ZooKeeper writes conditional on the
+        partition's fencing node being unchanged (``CommitFencedError`` otherwise); Kafka
+        cannot check ZooKeeper atomically, so Kafka commits ignore them (the connector checks
+        the fencing nodes just before).
+        """
         ...
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
@@ -401,7 +414,13 @@ class ZookeeperOffsetStore:
             self._checkpoint[tp] = offset
         return result
 
-    async def commit(self, offsets: Mapping[TopicPartition, int], *, retries: int = 0) -> int:
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        *,
+        retries: int = 0,
+        fences: Mapping[TopicPartition, int] | None = None,
+    ) -> int:
         """Write offsets that changed since the last read or write.
 
         As ``commitOffsetToZooKeeper`` in ``ZookeeperConsumerConnector.scala``, 0.10.2: a node
@@ -413,6 +432,8 @@ class ZookeeperOffsetStore:
             retries: accepted for the :class:`OffsetStore` protocol and ignored: as in the
                 original, retries only matter for Kafka storage; a ZooKeeper failure is
                 raised at once (the ZooKeeper client already waits out a short disconnect).
+            fences: ``{partition: fencing token}``: each such partition is written only while
+                its fencing node still has that version, in one multi-op with the write.
 
         Returns:
             The number of offset nodes written.
@@ -421,17 +442,33 @@ class ZookeeperOffsetStore:
             ValueError: ``retries`` is negative.
             ZookeeperConnectionError: ZooKeeper is unreachable; offsets not yet written keep
                 their old checkpoint and are written by the next commit.
+            CommitFencedError: another member claimed some fenced partitions since; the
+                others were written.
         """
         _check_retries(retries)
         written = 0
+        fenced: list[TopicPartition] = []
+        fences = fences or {}
         for tp, offset in sorted(offsets.items()):
             if offset < 0 or self._checkpoint.get(tp) == offset:
                 continue
             path = layout.offset_path(self.group, tp.topic, tp.partition)
-            await self.zk.set_or_create(path, layout.encode_offset(offset))
+            token = fences.get(tp)
+            if token is None:
+                await self.zk.set_or_create(path, layout.encode_offset(offset))
+            elif not await self.zk.fenced_write(
+                path,
+                layout.encode_offset(offset),
+                layout.fencing_path(self.group, tp.topic, tp.partition),
+                token,
+            ):
+                fenced.append(tp)
+                continue
             self._checkpoint[tp] = offset
             written += 1
         self.commits += written
+        if fenced:
+            raise CommitFencedError(self.group, fenced)
         if written:
             log.debug("committed %d offsets of group %s to ZooKeeper", written, self.group)
         return written
@@ -624,7 +661,13 @@ class KafkaOffsetStore:
                 attempts=attempts,
             ) from None
 
-    async def commit(self, offsets: Mapping[TopicPartition, int], *, retries: int = 0) -> int:
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        *,
+        retries: int = 0,
+        fences: Mapping[TopicPartition, int] | None = None,
+    ) -> int:
         """Commit ``offsets`` to the group's coordinator: always all of them.
 
         As ``commitOffsets`` with Kafka storage in ``ZookeeperConsumerConnector.scala``,
@@ -643,6 +686,8 @@ class KafkaOffsetStore:
             retries: further attempts after a failed one (``1 + retries`` in all). The
                 connector passes ``offsets.commit.max.retries`` for explicit, shutdown and
                 auto commits, as the original's documentation (not its code) promised.
+            fences: ignored: Kafka cannot check a ZooKeeper node in the same step (the
+                connector checks the fencing nodes just before committing).
 
         Returns:
             The number of partitions the coordinator accepted.
@@ -919,12 +964,19 @@ class DualOffsetStore:
         zookeeper = await self.zk_store.fetch(wanted)
         return dual_fetch_result(zookeeper, kafka)
 
-    async def commit(self, offsets: Mapping[TopicPartition, int], *, retries: int = 0) -> int:
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        *,
+        retries: int = 0,
+        fences: Mapping[TopicPartition, int] | None = None,
+    ) -> int:
         """Commit to Kafka (``1 + retries`` attempts), then what Kafka accepted to ZooKeeper.
 
         Args:
             offsets: ``{partition: next offset to read}``; negative offsets are left out.
             retries: as :meth:`KafkaOffsetStore.commit`; the ZooKeeper write is not retried.
+            fences: passed to the ZooKeeper write (see :meth:`ZookeeperOffsetStore.commit`).
 
         Returns:
             The number of partitions Kafka accepted (ZooKeeper writes are counted by
@@ -939,7 +991,7 @@ class DualOffsetStore:
         """
         result = await self.kafka_store.commit_with_result(offsets, retries=retries)
         if result.accepted:
-            await self.zk_store.commit(result.accepted)
+            await self.zk_store.commit(result.accepted, fences=fences)
         if result.failed:
             raise OffsetCommitError(
                 self.kafka_store.group,

@@ -224,7 +224,8 @@ class Rebalancer:
                 ownership.setdefault(tp.topic, set()).add(tp.partition)
             await c.listener.before_releasing_partitions(ownership)
         for tp in sorted(released):
-            await c.zk.delete(layout.owner_path(c.config.group_id, tp.topic, tp.partition))
+            # Only our own node: after a session expiry it may be another member's by now.
+            await c.zk.delete_if_owned(layout.owner_path(c.config.group_id, tp.topic, tp.partition))
         c.offset_store.forget(released)
         for tp in released:
             c.committed_offsets.pop(tp, None)
@@ -329,6 +330,13 @@ class Rebalancer:
             )
         if not await self._claim(acquire, blocking):
             return False
+        # Fencing: each claim moves the partition's fencing token on, so a former owner
+        # (a zombie that has not noticed yet) can no longer commit it.
+        for tp, pti in new_ptis.items():
+            pti.fence = await c.zk.bump(
+                layout.fencing_path(cfg.group_id, tp.topic, tp.partition),
+                layout.encode_owner(str(acquire[tp])),
+            )
         c.topic_registry = {**c.topic_registry, **new_ptis}
         self.last_moves = (len(keep), len(registry) - len(keep), len(new_ptis))
         c.owned_partitions_changed()

@@ -8,6 +8,8 @@ consumed offsets), and ``FetchedDataChunk`` is what travels through a stream's b
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -71,31 +73,53 @@ class OwnershipGate:
     session is suspended (connection lost: the session may expire and another member may take
     the partitions) and opens it again when the same session is back; iterators hold records
     of partitions behind a closed gate.
+
+    It is also a lease: ``deadline`` (``time.monotonic()`` seconds) is pushed forward by each
+    round trip that proves the session alive; past it, the session may have expired without
+    this process noticing (it was paused, say), and records are held back too.
+
+    Attributes:
+        open: ``False`` while the session is suspended or being replaced.
+        deadline: the lease's end; ``inf`` while no lease is kept.
     """
 
-    __slots__ = ("_event", "open")
+    __slots__ = ("_changed", "deadline", "open")
 
     def __init__(self) -> None:
         self.open = True
-        self._event = asyncio.Event()
-        self._event.set()
+        self.deadline = math.inf
+        self._changed = asyncio.Event()
+
+    def passable(self) -> bool:
+        """Whether records may be handed out now."""
+        return self.open and time.monotonic() < self.deadline
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     def close(self) -> None:
         """Hold records back."""
         self.open = False
-        self._event.clear()
+        self._notify()
 
     def reopen(self) -> None:
-        """Let records through again."""
+        """Let records through again (within the lease)."""
         self.open = True
-        self._event.set()
+        self._notify()
+
+    def extend(self, deadline: float) -> None:
+        """Move the lease's end to ``deadline`` (monotonic seconds)."""
+        self.deadline = deadline
+        self._notify()
 
     async def wait_open(self) -> None:
-        """Wait until the gate is open (returns at once if it is)."""
-        await self._event.wait()
+        """Wait until records may be handed out (returns at once if they may)."""
+        while not self.passable():
+            await self._changed.wait()
 
     def __repr__(self) -> str:
-        return f"<OwnershipGate {'open' if self.open else 'closed'}>"
+        return f"<OwnershipGate {'open' if self.passable() else 'closed'}>"
 
 
 _ALWAYS_OPEN = OwnershipGate()
@@ -122,6 +146,8 @@ class PartitionTopicInfo:
         client_id: the ``client.id`` used in metrics.
         active: ``False`` once the partition is released.
         gate: the connector's session gate (records are held back while it is closed).
+        fence: the fencing token (version of the partition's fencing node) seen when this
+            member claimed the partition; commits are refused once it moved on. ``-1``: none.
         meters: the ``MessagesPerSec`` meters (this topic, all topics) marked per record
             handed out, or ``None`` without metrics.
     """
@@ -136,6 +162,7 @@ class PartitionTopicInfo:
     active: bool = True
     gate: OwnershipGate = _ALWAYS_OPEN
     meters: tuple[Any, Any] | None = None
+    fence: int = -1
     tp: TopicPartition = field(init=False)
 
     def __post_init__(self) -> None:

@@ -171,7 +171,7 @@ class ConsumerIterator:
             offset = record.offset
             if offset < pti.consumed_offset:
                 continue
-            if not pti.gate.open:
+            if not pti.gate.passable():
                 self._pending = (pti, record)
                 return pti
             pti.consumed_offset = offset + 1

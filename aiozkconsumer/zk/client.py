@@ -312,6 +312,78 @@ class ZkClient:
             except ZookeeperNodeExistsError:
                 await self._call(path, self._zk.set(path, data, -1))
 
+    async def bump(self, path: str, data: bytes) -> int:
+        """Write a persistent node (creating it and its parents) and return its new version.
+
+        Used for fencing tokens: every write increments the version.
+        """
+        try:
+            stat = await self._call(path, self._zk.set(path, data, -1))
+        except ZookeeperError as e:
+            if not isinstance(e.__cause__, zk_exc.NoNode):
+                raise
+            try:
+                await self.create(path, data)
+                return 0
+            except ZookeeperNodeExistsError:
+                stat = await self._call(path, self._zk.set(path, data, -1))
+        return int(stat.version)
+
+    async def fenced_write(
+        self, path: str, data: bytes, fence_path: str, fence_version: int
+    ) -> bool:
+        """Write a persistent node only while ``fence_path`` still has ``fence_version``.
+
+        One ZooKeeper multi-op (``check`` + ``setData``, or ``check`` + ``create`` when the
+        node does not exist yet): either both happen or neither.
+
+        Returns:
+            ``True`` if written; ``False`` if the fence moved on (or vanished).
+
+        Raises:
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
+        for _ in range(3):  # the node may appear or vanish between the look and the write
+            exists = await self.exists(path)
+            txn = self._zk.begin_transaction()
+            txn.check_version(fence_path, fence_version)
+            if exists:
+                txn.set_data(path, data, -1)
+            else:
+                await self.ensure_path(posixpath.dirname(path))
+                txn.create(path, data)
+            result = await self._call(path, txn.commit())
+            if path in result.updated or path in result.created:
+                return True
+            got = await self.get(fence_path)
+            if got is None or got[1].version != fence_version:
+                return False
+        return False
+
+    async def delete_if_owned(self, path: str) -> bool:
+        """Delete an ephemeral node only if this session owns it.
+
+        After a session expiry another member may have created the node anew; deleting it
+        would take its ownership away. Returns whether a node was deleted.
+        """
+        got = await self.get(path)
+        if got is None or got[1].ephemeral_owner != self.session_id:
+            return False
+        try:
+            await self._call(path, self._zk.delete(path, force=True))
+            return True
+        except ZookeeperError as e:
+            if isinstance(e.__cause__, zk_exc.NoNode):
+                return False
+            raise
+
+    @property
+    def negotiated_timeout_s(self) -> float:
+        """The session timeout the server granted, seconds (the requested one before)."""
+        if self._zk is None:
+            return self.session_timeout_ms / 1000
+        return float(self._zk.session.timeout)
+
     async def delete(self, path: str) -> bool:
         """Delete a node (any version). Returns ``False`` if it did not exist."""
         try:

@@ -24,6 +24,7 @@ from typing import Final, NoReturn, TypeGuard
 from aiozkconsumer.errors import MalformedZookeeperDataError
 
 __all__ = [
+    "fencing_path",
     "BLACK_LIST_PATTERN",
     "BROKER_IDS_PATH",
     "BROKER_TOPICS_PATH",
@@ -218,6 +219,23 @@ def offsets_dir(group: str, topic: str) -> str:
         ValueError: ``group`` or ``topic`` cannot be a path element.
     """
     return f"{group_dir(group)}/offsets/{_component(topic, 'topic')}"
+
+
+def fencing_path(group: str, topic: str, partition: int) -> str:
+    """Return a partition's fencing node, ``/consumers/<group>/fencing/<topic>/<p>``.
+
+    Not part of the original layout (its tools ignore it): persistent, its data the thread id
+    of the last claimer, its *version* the fencing token — every claim by an aiozkconsumer
+    member sets it, so the version grows with every new owner, and a commit that checks the
+    version it saw fails once someone else claimed the partition. (An owner node cannot serve:
+    ephemeral, it is recreated at version 0.)
+
+    Raises:
+        ValueError: a name cannot be a path element, or ``partition`` is negative.
+    """
+    return (
+        f"{group_dir(group)}/fencing/{_component(topic, 'topic')}/{_partition_component(partition)}"
+    )
 
 
 def offset_path(group: str, topic: str, partition: int) -> str:
