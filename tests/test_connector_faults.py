@@ -13,7 +13,7 @@ import anyio
 import pytest
 from _support import Seen, config_for, drain
 
-from aiozkconsumer import ConnectorState, ZookeeperConsumerConnector
+from aiozkconsumer import ConnectorState, ConsumerTimeoutError, ZookeeperConsumerConnector
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.zk import layout
 
@@ -147,3 +147,111 @@ async def test_committed_offset_out_of_range_resets_to_smallest(
         await seen.wait_until(lambda: len(seen.pairs) >= 7)
         assert sorted(o for _, o in seen.pairs) == list(range(7))
         tg.cancel_scope.cancel()
+
+
+async def test_zombie_paused_past_its_session_commits_nothing_and_hands_out_nothing(
+    fault_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    """A member frozen past its session timeout (here: the whole event loop blocked, as a
+    SIGSTOP or a long GC pause would) must, when it wakes up, neither hand out records of the
+    partition another member took meanwhile nor move that member's committed offset back."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from aiozkconsumer import CommitFencedError, TopicPartition, ZookeeperConnectionError
+
+    await _topic(fault_cluster, unique_topic, 1, 0)
+    for i in range(10):  # ten batches, so the zombie stops mid-partition
+        await fault_cluster.produce_to_partitions(
+            unique_topic, {0: [(b"k", b"%d" % (i * 10 + j)) for j in range(10)]}
+        )
+    tp = TopicPartition(unique_topic, 0)
+    # Consumer ids sort so that the zombie ("a-...") owns the one partition while alive.
+    config = config_for(
+        fault_cluster,
+        unique_group_id,
+        consumer_id="a-zombie",
+        zookeeper_session_timeout_ms=3000,
+        auto_commit_enable=False,
+        queued_max_message_chunks=1,
+        fetch_message_max_bytes=256,
+        consumer_timeout_ms=500,
+    )
+    member = Path(__file__).with_name("_member.py")
+    other = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything runs
+        [
+            sys.executable,
+            str(member),
+            fault_cluster.zookeeper_connect,
+            unique_group_id,
+            unique_topic,
+            "b-other",
+            *([fault_cluster.bootstrap_servers] if fault_cluster.kraft else []),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        async with ZookeeperConsumerConnector(config) as zombie:
+            streams = await zombie.create_message_streams({unique_topic: 1})
+            it = streams[unique_topic][0].__aiter__()
+            first = [await it.__anext__() for _ in range(5)]
+            await zombie.commit_offsets()
+            assert zombie.statistics().committed_offsets == {tp: 5}
+            more = [await it.__anext__() for _ in range(2)]  # consumed 7, committed 5
+            token = zombie.topic_registry[tp].fence  # what the zombie's commits are fenced by
+            line = await anyio.to_thread.run_sync(other.stdout.readline)  # type: ignore[union-attr]
+            assert line.strip() == "ready"  # the other member is in the group, owning nothing
+
+            # Frozen well past the session timeout. Meanwhile the server expires the zombie's
+            # session and the other member (its own process) takes the partition, bumps its
+            # fencing token and consumes and commits everything.
+            time.sleep(3000 / 1000 * 3)  # noqa: ASYNC251 - the freeze IS the test
+
+            # Awake again, before the loop ran anything else: the lease is over.
+            with pytest.raises(ZookeeperConnectionError):
+                await zombie.commit_offsets()
+            # Even past the lease check, its old position is fenced off: the first try may
+            # only find the connection dead; once ZooKeeper answers again, the fence refuses.
+            with anyio.fail_after(60):
+                while True:
+                    try:
+                        await zombie.offset_store.commit(
+                            {tp: more[-1].offset + 1}, fences={tp: token}
+                        )
+                    except ZookeeperConnectionError:
+                        await zombie.zk.wait_for_state("connected")
+                        continue
+                    except CommitFencedError:
+                        break
+                    pytest.fail("the zombie's commit went through")
+            # And nothing the new owner already had comes out of the zombie's stream: not the
+            # rest of its old chunk, nothing until it has rejoined from the committed offset.
+            handed: list[int] = []
+            with anyio.fail_after(60):
+                while True:
+                    try:
+                        handed.append((await it.__anext__()).offset)
+                    except ConsumerTimeoutError:
+                        if zombie.state is ConnectorState.RUNNING and tp in (
+                            zombie.statistics().owned_partitions
+                        ):
+                            break
+            assert handed == [], handed
+    finally:
+        other.terminate()
+        await anyio.to_thread.run_sync(other.wait)
+        if other.stdout is not None:
+            other.stdout.close()
+    # The group's committed offset is the new owner's, never moved back.
+    from aiozkconsumer.zk.client import ZkClient
+
+    zk = ZkClient(fault_cluster.zookeeper_connect)
+    await zk.start()
+    try:
+        data = await zk.get_data(layout.offset_path(unique_group_id, unique_topic, 0))
+        assert data is not None and layout.decode_offset(data) == 100
+    finally:
+        await zk.close()
