@@ -198,6 +198,7 @@ async def test_zombie_paused_past_its_session_commits_nothing_and_hands_out_noth
             streams = await zombie.create_message_streams({unique_topic: 1})
             it = streams[unique_topic][0].__aiter__()
             first = [await it.__anext__() for _ in range(5)]
+            assert [m.offset for m in first] == [0, 1, 2, 3, 4]
             await zombie.commit_offsets()
             assert zombie.statistics().committed_offsets == {tp: 5}
             more = [await it.__anext__() for _ in range(2)]  # consumed 7, committed 5
