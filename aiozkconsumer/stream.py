@@ -11,7 +11,9 @@ shutdown sentinel ends iteration.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Callable, Iterator
+from time import monotonic as _monotonic
 from typing import Any, Final
 
 from .errors import ConsumerTimeoutError, MessageSizeTooLargeError
@@ -32,19 +34,6 @@ class _ShutdownCommand:
 SHUTDOWN_COMMAND: Final = _ShutdownCommand()
 
 ChunkQueue = asyncio.Queue[FetchedDataChunk | _ShutdownCommand]
-
-
-def _records_of(chunk: FetchedDataChunk) -> Iterator[tuple[PartitionTopicInfo, Any]]:
-    """Yield the data records of a chunk in offset order, skipping control batches."""
-    pti = chunk.topic_info
-    for batch in chunk.batches:
-        if batch.is_control_batch:
-            # Transaction markers occupy offsets but are not records: move past them.
-            if pti.active and pti.consumed_offset < batch.next_offset:
-                pti.consumed_offset = batch.next_offset
-            continue
-        for record in batch:
-            yield pti, record
 
 
 Decoder = Callable[[bytes], Any]
@@ -77,13 +66,15 @@ class ConsumerIterator:
     """
 
     __slots__ = (
-        "_current",
+        "_batches",
+        "_count",
         "_deferred",
         "_done",
         "_key_decoder",
         "_pending",
+        "_pti",
         "_queue",
-        "_records",
+        "_recs",
         "_timeout_s",
         "_value_decoder",
     )
@@ -97,9 +88,13 @@ class ConsumerIterator:
     ) -> None:
         self._queue = queue
         self._timeout_s = consumer_timeout_ms / 1000 if consumer_timeout_ms >= 0 else None
-        self._current: FetchedDataChunk | None = None
-        self._records: Iterator[tuple[PartitionTopicInfo, Any]] | None = None
-        self._pending: tuple[PartitionTopicInfo, Any] | None = None
+        # The chunk being iterated: its partition, its remaining record batches, and the
+        # records left in the current batch.
+        self._pti: PartitionTopicInfo | None = None
+        self._batches: Iterator[Any] | None = None
+        self._recs: Iterator[Any] | None = None
+        self._pending: Any = None  # a record held back while the gate is closed
+        self._count = 0  # records handed out of the current chunk, not yet in the meters
         self._done = False
         self._deferred: BaseException | None = None
         self._key_decoder = key_decoder
@@ -118,14 +113,14 @@ class ConsumerIterator:
                 f"no record within consumer.timeout.ms={int(self._timeout_s * 1000)}"
             ) from None
 
-    def _take_chunk(self, chunk: FetchedDataChunk | _ShutdownCommand) -> bool:
-        """Make ``chunk`` current. Returns ``False`` if it carries nothing to iterate."""
+    def _take_chunk(self, chunk: FetchedDataChunk | _ShutdownCommand) -> None:
+        """Make ``chunk`` current (or note the end of the stream)."""
         if isinstance(chunk, _ShutdownCommand):
             self._done = True
-            return False
+            return
         pti = chunk.topic_info
         if not pti.active:
-            return False  # released by a rebalance while queued
+            return  # released by a rebalance while queued
         if chunk.too_large:
             raise MessageSizeTooLargeError(
                 "Found a message larger than the maximum fetch size of this consumer "
@@ -137,75 +132,139 @@ class ConsumerIterator:
         if pti.consumed_offset < chunk.fetch_offset:
             # After an offset reset the chunk starts past what was consumed.
             pti.consumed_offset = chunk.fetch_offset
-        self._current = chunk
-        self._records = _records_of(chunk)
-        return True
+        self._pti = pti
+        self._batches = iter(chunk.batches)
+        self._recs = None
 
-    def _poll(self) -> MessageAndMetadata | PartitionTopicInfo | None:
-        """Next record without waiting.
+    def _next_batch_records(self) -> bool:
+        """Move to the next data batch of the current chunk; ``False`` when none is left."""
+        batches = self._batches
+        pti = self._pti
+        if batches is None or pti is None:
+            return False
+        for batch in batches:
+            if batch.is_control_batch:
+                # Transaction markers occupy offsets but are not records: move past them.
+                if pti.active and pti.consumed_offset < batch.next_offset:
+                    pti.consumed_offset = batch.next_offset
+                continue
+            # A record batch is its own iterator and may be iterated only once (aiokafka's
+            # Cython batches assert it): wrap its __next__ in a C iterator that for-loops can
+            # resume as often as needed.
+            self._recs = iter(iter(batch).__next__, None)
+            return True
+        self.clear_current_chunk()
+        return False
+
+    def _message(self, pti: PartitionTopicInfo, record: Any, offset: int) -> MessageAndMetadata:
+        key = record.key
+        value = record.value
+        if key is not None and self._key_decoder is not None:
+            key = self._key_decoder(key)
+        if value is not None and self._value_decoder is not None:
+            value = self._value_decoder(value)
+        timestamp = record.timestamp
+        timestamp_type = record.timestamp_type
+        headers = record.headers
+        return MessageAndMetadata(
+            pti.topic,
+            pti.partition,
+            offset,
+            key,
+            value,
+            -1 if timestamp is None else timestamp,
+            -1 if timestamp_type is None else timestamp_type,
+            tuple(headers) if headers else (),
+        )
+
+    def _poll(self, out: list[MessageAndMetadata], limit: int) -> PartitionTopicInfo | None:
+        """Append up to ``limit`` ready records to ``out`` without waiting.
+
+        The hot path of both ``__anext__`` and ``next_batch``, written for speed: it runs
+        once per record. The gate (session and lease) is checked before every record, so a
+        lease that runs out mid-chunk stops delivery at once; the consumed offset advances
+        with every record handed out.
 
         Returns:
-            A record; or the ``PartitionTopicInfo`` whose gate is closed (the record is kept
-            pending); or ``None`` when a new chunk must be awaited (or iteration ended).
+            The ``PartitionTopicInfo`` whose gate is closed (the next record is kept
+            pending), or ``None`` when ``out`` is full or a new chunk must be awaited.
         """
-        while True:
-            if self._pending is not None:
-                pti, record = self._pending
-                self._pending = None
-            else:
-                records = self._records
-                if records is None:
-                    if self._done or self._queue.empty():
-                        return None
-                    self._take_chunk(self._queue.get_nowait())
+        append = out.append
+        n = len(out)
+        plain = self._key_decoder is None and self._value_decoder is None
+        new = tuple.__new__  # MessageAndMetadata without NamedTuple's Python-level __new__
+        mam = MessageAndMetadata
+        while n < limit:
+            pti = self._pti
+            recs = self._recs
+            if pti is None or recs is None:
+                if pti is not None and self._next_batch_records():
                     continue
-                try:
-                    pti, record = next(records)
-                except StopIteration:
-                    self._current = None
-                    self._records = None
-                    continue
+                if self._done or self._queue.empty():
+                    return None
+                self._take_chunk(self._queue.get_nowait())
+                continue
             if not pti.active:
                 self.clear_current_chunk()  # partition released mid-chunk: drop the rest
                 continue
-            offset = record.offset
-            if offset < pti.consumed_offset:
-                continue
-            if not pti.gate.passable():
-                self._pending = (pti, record)
-                return pti
-            pti.consumed_offset = offset + 1
-            meters = pti.meters
-            if meters is not None:
-                meters[0].mark()
-                meters[1].mark()
-            key = record.key
-            value = record.value
-            if key is not None and self._key_decoder is not None:
-                key = self._key_decoder(key)
-            if value is not None and self._value_decoder is not None:
-                value = self._value_decoder(value)
-            return MessageAndMetadata(
-                pti.topic,
-                pti.partition,
-                offset,
-                key,
-                value,
-                record.timestamp if record.timestamp is not None else -1,
-                record.timestamp_type if record.timestamp_type is not None else -1,
-                tuple(record.headers),
-            )
+            gate = pti.gate
+            topic = pti.topic
+            partition = pti.partition
+            pending = self._pending
+            if pending is not None:
+                self._pending = None
+                recs = itertools.chain((pending,), recs)
+            taken = 0
+            for record in recs:
+                offset = record.offset
+                if offset < pti.consumed_offset:
+                    continue  # a compressed batch (or a re-fetch) starts before the position
+                if not gate.open or _monotonic() >= gate.deadline:
+                    self._pending = record
+                    self._count += taken
+                    return pti
+                pti.consumed_offset = offset + 1
+                if plain:
+                    timestamp = record.timestamp
+                    timestamp_type = record.timestamp_type
+                    headers = record.headers
+                    append(
+                        new(
+                            mam,
+                            (
+                                topic,
+                                partition,
+                                offset,
+                                record.key,
+                                record.value,
+                                -1 if timestamp is None else timestamp,
+                                -1 if timestamp_type is None else timestamp_type,
+                                tuple(headers) if headers else (),
+                            ),
+                        )
+                    )
+                else:
+                    append(self._message(pti, record, offset))
+                taken += 1
+                n += 1
+                if n >= limit:
+                    break
+            else:
+                self._recs = None
+            self._count += taken
+        return None
 
     async def __anext__(self) -> MessageAndMetadata:
         if self._deferred is not None:
             error, self._deferred = self._deferred, None
             raise error
+        out: list[MessageAndMetadata] = []
         while True:
-            got = self._poll()
-            if isinstance(got, MessageAndMetadata):
-                return got
-            if got is not None:
-                await self._wait(got.gate.wait_open())
+            held = self._poll(out, 1)
+            if out:
+                return out[0]
+            if held is not None:
+                await self._wait(held.gate.wait_open())
                 continue
             if self._done:
                 raise StopAsyncIteration
@@ -223,21 +282,26 @@ class ConsumerIterator:
                 already taken into the batch is returned first; the error comes next call).
         """
         batch = [await self.__anext__()]
-        poll = self._poll
         try:
-            while len(batch) < max_records:
-                got = poll()
-                if not isinstance(got, MessageAndMetadata):
-                    break
-                batch.append(got)
+            self._poll(batch, max_records)
         except MessageSizeTooLargeError as e:
             self._deferred = e  # the records in hand go out first; the error on the next call
+        self._flush_meters()
         return batch
+
+    def _flush_meters(self) -> None:
+        pti = self._pti
+        if self._count and pti is not None and pti.meters is not None:
+            pti.meters[0].mark(self._count)
+            pti.meters[1].mark(self._count)
+        self._count = 0
 
     def clear_current_chunk(self) -> None:
         """Drop the chunk being iterated (``ConsumerIterator.clearCurrentChunk``)."""
-        self._current = None
-        self._records = None
+        self._flush_meters()
+        self._pti = None
+        self._batches = None
+        self._recs = None
         self._pending = None
 
 
