@@ -1,0 +1,780 @@
+"""The ``zkkafka`` Structured Streaming source: a ZooKeeper group member that plans for Spark.
+
+Three processes take part (PySpark's Python data source design):
+
+- the **source runner** (one Python process per source per query, on the driver host) holds
+  the :class:`ZkKafkaStreamReader` Spark plans with. On first use the reader starts a
+  :class:`GroupMember`: a :class:`~aiozkconsumer.ZookeeperConsumerConnector` with
+  ``fetch=False`` on an event loop in a background thread. It registers in the group, takes
+  part in every rebalance, claims owner nodes and reads the committed offsets — and fetches
+  nothing. ``latestOffset`` plans offset ranges for the partitions it owns; ``commit``
+  writes the offsets of a batch to the group's offset store once Spark committed it.
+- **executors** run :meth:`ZkKafkaStreamReader.read` for each planned range: it fetches
+  ``[start, end)`` straight from the partition's leader (:class:`~aiozkconsumer.simple_consumer.
+  SimpleConsumer`) and yields Arrow record batches in the Kafka source's schema.
+- the **application** only registers the source (:func:`register`) and starts the query.
+
+Replays are deterministic: every range is derived from the checkpointed start and end
+offsets alone (see ``planning``), never from the group's state at replay time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from ..cluster import EARLIEST, LATEST, KafkaClient
+from ..connector import ConnectorState, ZookeeperConsumerConnector
+from ..errors import (
+    BrokerNotAvailableError,
+    ConsumerClosedError,
+    ConsumerError,
+    InvalidConfigError,
+    NoBrokersError,
+    OffsetOutOfRangeError,
+    OffsetStorageError,
+    UnknownTopicError,
+    ZookeeperError,
+)
+from ..records import MessageAndMetadata, TopicPartition
+from ..simple_consumer import SimpleConsumer
+from ..subscription import Whitelist
+from .planning import (
+    INITIAL_KEY,
+    SOURCE_NAME,
+    SourceOptions,
+    decode_offsets,
+    encode_offsets,
+    initial_offset,
+    parse_source_options,
+    plan_ranges,
+    plan_starts,
+    rate_limit,
+)
+from .runtime import LoopThread
+from .schema import kafka_schema, records_to_arrow
+
+__all__ = [
+    "DataLossError",
+    "GroupMember",
+    "MemberSnapshot",
+    "ZkKafkaDataSource",
+    "ZkKafkaInputPartition",
+    "ZkKafkaStreamReader",
+    "read_offset_range",
+    "register",
+]
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 120.0
+"""How long the reader waits for the member's first rebalance."""
+
+SETTLE_TIMEOUT_S = 30.0
+"""How long planning waits for a running or requested rebalance to finish."""
+
+CALL_TIMEOUT_S = 120.0
+"""Time limit of one call into the member's event loop."""
+
+ARROW_BATCH_ROWS = 32768
+"""Rows per Arrow record batch a task yields (also cut at ``ARROW_BATCH_BYTES``)."""
+
+ARROW_BATCH_BYTES = 32 * 1024 * 1024
+"""Fetched bytes per Arrow record batch a task yields, at most (counted per fetch, as the
+fetch size: a bound, not the exact size)."""
+
+_EMPTY_FETCH_RETRIES = 10
+
+
+class DataLossError(ConsumerError):
+    """Offsets a batch should read are gone (deleted by retention, or the log was truncated).
+
+    Raised with ``failOnDataLoss=true`` (the default), as the Kafka source fails the query;
+    with ``failOnDataLoss=false`` the records are skipped with a warning instead.
+    """
+
+
+# -- driver side: the group member ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemberSnapshot:
+    """What the member knows at one moment.
+
+    Attributes:
+        state: the connector's lifecycle state.
+        owned: the partitions it owns, sorted.
+        committed: the group's committed offsets of owned partitions (read when claimed, or
+            committed since).
+    """
+
+    state: ConnectorState
+    owned: tuple[TopicPartition, ...]
+    committed: Mapping[TopicPartition, int]
+
+
+class GroupMember:
+    """A fetch-less group member on its own event loop thread, for synchronous callers.
+
+    Joins the group when constructed and returns once the first rebalance is done. Every
+    method runs on the member's loop and waits for the result, so the connector's state is
+    only ever touched from its own thread.
+
+    Args:
+        options: the source options (consumer config and subscription).
+        start_timeout_s: how long to wait for the first rebalance.
+
+    Raises:
+        ConsumerError: joining failed (ZooKeeper unreachable, rebalance failed, ...).
+        TimeoutError: the first rebalance did not finish within ``start_timeout_s``.
+    """
+
+    def __init__(self, options: SourceOptions, *, start_timeout_s: float = START_TIMEOUT_S):
+        self.options = options
+        self._thread = LoopThread(f"zkkafka-{options.config.group_id}")
+        self._connector: ZookeeperConsumerConnector | None = None
+        self._error: BaseException | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._main = self._thread.submit(self._run())
+        try:
+            self._ready.result(start_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    async def _run(self) -> None:
+        options = self.options
+        stop = self._stop = asyncio.Event()
+        try:
+            async with ZookeeperConsumerConnector(options.config, fetch=False) as connector:
+                self._connector = connector
+                if options.pattern is not None:
+                    await connector.create_message_streams_by_filter(Whitelist(options.pattern))
+                else:
+                    await connector.create_message_streams(dict.fromkeys(options.topics or (), 1))
+                log.info(
+                    "[%s] joined group %s; owns %d partitions",
+                    connector.consumer_id_string,
+                    options.config.group_id,
+                    len(connector.statistics().owned_partitions),
+                )
+                self._ready.set_result(None)
+                await stop.wait()
+        except BaseException as e:
+            self._error = e
+            if not self._ready.done():
+                self._ready.set_exception(e)
+            elif not isinstance(e, asyncio.CancelledError):
+                log.error("group member of %s failed: %s", options.config.group_id, e)
+            raise
+        finally:
+            self._connector = None
+
+    def _require(self) -> ZookeeperConsumerConnector:
+        if self._error is not None:
+            raise ConsumerClosedError(
+                f"the group member of {self.options.config.group_id!r} failed: {self._error}"
+            ) from self._error
+        if self._connector is None:
+            raise ConsumerClosedError("the group member is stopped")
+        return self._connector
+
+    @property
+    def consumer_id(self) -> str:
+        """The member's consumer id string, as registered under ``/consumers/<group>/ids``."""
+        return self._require().consumer_id_string
+
+    def snapshot(self) -> MemberSnapshot:
+        """Ownership and committed offsets, after any running or requested rebalance.
+
+        Returns:
+            The snapshot.
+
+        Raises:
+            ConsumerClosedError: the member failed or was stopped.
+        """
+        return self._thread.run(self._snapshot(), CALL_TIMEOUT_S)
+
+    async def _snapshot(self) -> MemberSnapshot:
+        c = self._require()
+        with anyio.move_on_after(SETTLE_TIMEOUT_S):
+            while c.state is ConnectorState.REBALANCING or (
+                c.rebalance_pending and c.state is not ConnectorState.SUSPENDED
+            ):
+                await c.wait_for_state_change()
+        stats = self._require().statistics()
+        return MemberSnapshot(stats.state, stats.owned_partitions, dict(stats.committed_offsets))
+
+    def list_offsets(
+        self, tps: Sequence[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, int]:
+        """Log start (``EARLIEST``) or log end (``LATEST``) offsets of partitions.
+
+        Args:
+            tps: the partitions.
+            timestamp: ``EARLIEST`` (-2) or ``LATEST`` (-1).
+
+        Returns:
+            ``{tp: offset}`` for every partition.
+
+        Raises:
+            BrokerNotAvailableError: a leader could not be asked after a few retries.
+            UnknownTopicError: a topic does not exist (any more).
+        """
+        if not tps:
+            return {}
+        return self._thread.run(self._list_offsets(list(tps), timestamp), CALL_TIMEOUT_S)
+
+    async def _list_offsets(
+        self, tps: list[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, int]:
+        c = self._require()
+        kafka = await c.ensure_kafka()
+        backoff_s = c.config.refresh_leader_backoff_ms / 1000
+        attempts = 4
+        for attempt in range(1, attempts + 1):
+            try:
+                return await _list_offsets_once(kafka, tps, timestamp)
+            except (BrokerNotAvailableError, NoBrokersError) as e:
+                if attempt == attempts:
+                    raise
+                log.info("listing offsets failed (%s); retrying in %.2f s", e, backoff_s)
+                await anyio.sleep(backoff_s)
+                backoff_s *= 2
+        raise AssertionError("unreachable")
+
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of the brokers, for executors (``bootstrap.servers`` or ZooKeeper)."""
+        return self._thread.run(self._bootstrap(), CALL_TIMEOUT_S)
+
+    async def _bootstrap(self) -> str:
+        kafka = await self._require().ensure_kafka()
+        return kafka.bootstrap_servers
+
+    def commit(self, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Commit the end offsets of a batch Spark committed, for partitions still owned.
+
+        Partitions the member no longer owns are left out (their new owner commits them),
+        and so are offsets not beyond what the group already has, so a late commit never
+        moves another member's progress backwards. A failure is logged, not raised: the
+        next batch's commit covers these partitions again.
+
+        Args:
+            ends: ``{tp: next offset to read}``.
+
+        Returns:
+            The offsets written.
+
+        Raises:
+            ConsumerClosedError: the member failed or was stopped.
+        """
+        return self._thread.run(self._commit(dict(ends)), CALL_TIMEOUT_S)
+
+    async def _commit(self, ends: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        c = self._require()
+        stats = c.statistics()
+        owned = set(stats.owned_partitions)
+        known = stats.committed_offsets
+        todo = {tp: o for tp, o in ends.items() if tp in owned and o > known.get(tp, -1)}
+        if not todo:
+            return {}
+        try:
+            await c.commit_offsets(todo)
+        except (ZookeeperError, OffsetStorageError) as e:
+            log.warning(
+                "[%s] committing %d offsets failed (the next batch commits them): %s",
+                c.consumer_id_string,
+                len(todo),
+                e,
+            )
+            return {}
+        return todo
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Leave the group (the ZooKeeper session is closed, so the others rebalance at once).
+
+        Idempotent; never raises.
+        """
+        if self._thread.alive:
+            stop = self._stop
+            joined = self._ready.done() and self._ready.exception() is None
+            if stop is not None and joined:
+                self._thread.loop.call_soon_threadsafe(stop.set)
+            else:
+                self._main.cancel()  # still joining: give up at once
+            try:
+                self._main.result(timeout_s)
+            except BaseException as e:  # stopping must not fail
+                log.debug("group member ended with %r", e)
+        self._thread.stop()
+
+    def __repr__(self) -> str:
+        c = self._connector
+        return f"<GroupMember {c!r}>" if c is not None else "<GroupMember [stopped]>"
+
+
+async def _list_offsets_once(
+    kafka: KafkaClient, tps: list[TopicPartition], timestamp: int
+) -> dict[TopicPartition, int]:
+    if not await kafka.refresh_metadata({tp.topic for tp in tps}):
+        raise NoBrokersError(f"no broker of {kafka.bootstrap_servers!r} answered")
+    by_leader: dict[int, dict[TopicPartition, int]] = {}
+    for tp in tps:
+        parts = kafka.partitions_for(tp.topic)
+        if parts is None or tp.partition not in parts:
+            raise UnknownTopicError(tp.topic, f"partition {tp} does not exist")
+        leader = kafka.leader_for(tp)
+        if leader is None:
+            raise BrokerNotAvailableError(f"partition {tp} has no leader")
+        by_leader.setdefault(leader, {})[tp] = timestamp
+    result: dict[TopicPartition, int] = {}
+    for leader, wanted in sorted(by_leader.items()):
+        result.update(await kafka.list_offsets(leader, wanted))
+    missing = sorted(set(tps) - set(result))
+    if missing:
+        raise BrokerNotAvailableError(f"no offset for {', '.join(map(str, missing))}")
+    return result
+
+
+# -- executor side: reading a range ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ZkKafkaInputPartition(InputPartition):
+    """One Spark task: offsets ``[start, end)`` of a partition, and how to reach the brokers.
+
+    Pickled by the source runner and read by an executor; carries everything ``read`` needs.
+
+    Attributes:
+        topic: the topic.
+        partition: the partition number.
+        start: the first offset to read.
+        end: the offset after the last one.
+        bootstrap_servers: ``host:port,...`` of the cluster.
+        include_headers: add the ``headers`` column.
+        fail_on_data_loss: raise ``DataLossError`` when offsets of the range are gone.
+        client_id: ``client.id`` of the fetches.
+        max_bytes: ``fetch.message.max.bytes`` per fetch.
+        socket_timeout_ms: ``socket.timeout.ms``.
+        fetch_wait_max_ms: ``fetch.wait.max.ms``.
+        retry_backoff_ms: ``refresh.leader.backoff.ms``: first backoff after a leader change.
+    """
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    bootstrap_servers: str
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    client_id: str = "zkkafka"
+    max_bytes: int = 1048576
+    socket_timeout_ms: int = 30000
+    fetch_wait_max_ms: int = 100
+    retry_backoff_ms: int = 200
+
+
+async def _fetch_range(
+    part: ZkKafkaInputPartition,
+) -> AsyncGenerator[list[MessageAndMetadata], None]:
+    """Yield the records of ``part`` in chunks of about ``ARROW_BATCH_ROWS``."""
+    tp = TopicPartition(part.topic, part.partition)
+    async with SimpleConsumer(
+        part.bootstrap_servers,
+        client_id=part.client_id,
+        socket_timeout_ms=part.socket_timeout_ms,
+        fetch_max_wait_ms=part.fetch_wait_max_ms,
+        retry_backoff_ms=part.retry_backoff_ms,
+    ) as consumer:
+        offset, end = part.start, part.end
+        chunk: list[MessageAndMetadata] = []
+        chunk_bytes = 0
+        empty = 0
+        while offset < end:
+            try:
+                result = await consumer.fetch(tp, offset, part.max_bytes)
+            except OffsetOutOfRangeError as e:
+                lost = f"offsets of {tp} from {offset} are gone ({e})"
+                if part.fail_on_data_loss:
+                    raise DataLossError(
+                        f"{lost}; set failOnDataLoss=false to skip them instead"
+                    ) from e
+                if e.earliest is not None and offset < e.earliest < end:
+                    log.warning("%s; skipping to %d", lost, e.earliest)
+                    offset = e.earliest
+                    continue
+                log.warning("%s; skipping the rest of [%d, %d)", lost, part.start, end)
+                break
+            records = result.records
+            if records and records[-1].offset >= end:
+                records = [r for r in records if r.offset < end]
+            if records:
+                chunk_bytes += part.max_bytes  # a bound: a fetch returns at most that much
+            chunk.extend(records)
+            if len(chunk) >= ARROW_BATCH_ROWS or chunk_bytes >= ARROW_BATCH_BYTES:
+                yield chunk
+                chunk, chunk_bytes = [], 0
+            if result.next_offset > offset:
+                offset, empty = result.next_offset, 0
+                continue
+            if result.high_watermark <= offset:
+                lost = f"{tp} ends at {result.high_watermark}, before {end} (log truncated?)"
+                if part.fail_on_data_loss:
+                    raise DataLossError(f"{lost}; set failOnDataLoss=false to skip instead")
+                log.warning("%s; skipping [%d, %d)", lost, offset, end)
+                break
+            empty += 1
+            if empty > _EMPTY_FETCH_RETRIES:
+                raise BrokerNotAvailableError(
+                    f"{tp}: {empty} fetches at offset {offset} returned nothing below the "
+                    f"high watermark {result.high_watermark}"
+                )
+        if chunk:
+            yield chunk
+
+
+def read_offset_range(part: ZkKafkaInputPartition) -> Iterator[pa.RecordBatch]:
+    """Read ``[part.start, part.end)`` from the partition's leader as Arrow record batches.
+
+    Runs in an executor's Python worker, on a private event loop. Offsets that hold no
+    data record (transaction markers, compacted records) are simply absent.
+
+    Args:
+        part: the range and the connection settings.
+
+    Yields:
+        Record batches in the Kafka source's schema, in offset order.
+
+    Raises:
+        DataLossError: offsets of the range were deleted or the log ends before ``end``
+            (with ``fail_on_data_loss``).
+        BrokerNotAvailableError: the leader could not be reached after retries.
+        ConsumerError: another fetch failure (see ``SimpleConsumer.fetch``).
+    """
+    loop = asyncio.new_event_loop()
+    chunks = _fetch_range(part)
+    try:
+        while True:
+            try:
+                records = loop.run_until_complete(anext(chunks))
+            except StopAsyncIteration:
+                return
+            yield records_to_arrow(records, include_headers=part.include_headers)
+    finally:
+        try:
+            loop.run_until_complete(chunks.aclose())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+# -- the Spark data source ------------------------------------------------------------------
+
+
+class ZkKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The ``zkkafka`` stream reader (PySpark >= 4.2: admission control, AvailableNow).
+
+    Created by Spark in the source runner (planning) and again, pickled, for the executors'
+    ``read``: the group member is therefore started lazily, on the first planning call.
+
+    Args:
+        options: the checked source options.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._member: GroupMember | None = None
+        self._bootstrap: str | None = None
+        self._target: dict[TopicPartition, int] | None = None
+        self._latest: dict[TopicPartition, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors need the options only; never ship a running member.
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.options = state["options"]
+        self._member = None
+        self._bootstrap = None
+        self._target = None
+        self._latest = {}
+
+    def _group(self) -> GroupMember:
+        if self._member is None:
+            self._member = GroupMember(self.options)
+        return self._member
+
+    # planning (source runner) ---------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        """The offset of a new query: a marker; the first batch resolves the real starts.
+
+        Joins the group (so ownership is known by the first ``latestOffset``).
+
+        Returns:
+            ``{"@initial": true}``.
+
+        Raises:
+            ConsumerError: joining the group failed.
+        """
+        self._group()
+        return initial_offset()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows(maxOffsetsPerTrigger)``, or ``ReadAllAvailable()`` without the option."""
+        limit = self.options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Pin the log end offsets of the owned partitions: the query stops there.
+
+        Partitions acquired later are pinned at their log end offset when acquired.
+
+        Raises:
+            ConsumerError: the member failed, or the offsets could not be listed.
+        """
+        member = self._group()
+        snap = member.snapshot()
+        self._target = member.list_offsets(snap.owned, LATEST)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Plan the next batch's end offset for the partitions this member owns now.
+
+        Spark calls this only once the batch ending at ``start`` is committed to the
+        checkpoint, so it first commits ``start`` to the group (owned partitions, forward
+        only).
+
+        Args:
+            start: the previous batch's end offset (``{"@initial": true}`` for a new query).
+            limit: ``ReadMaxRows(n)`` caps the offsets the batch covers; anything else reads
+                all available.
+
+        Returns:
+            ``start`` itself when there is nothing new, else the new end offset:
+            ``{"<topic>": {"<partition>": next offset}}`` for every owned partition, with
+            ``"@start"`` for partitions that do not continue the previous batch.
+
+        Raises:
+            DataLossError: a start offset is beyond the log end (with ``failOnDataLoss``).
+            ConsumerError: the member failed, or offsets could not be listed.
+        """
+        member = self._group()
+        snap = member.snapshot()
+        previous, _ = decode_offsets(start)
+        if previous:
+            # Spark plans batch N+1 only after it committed batch N (ending at ``start``) to
+            # the checkpoint's commit log: commit it to the group now. ``commit(end)`` comes
+            # only when batch N+1 is planned with new data, so without this the group would
+            # lag a batch behind while the topic is idle, and a handover would replay it.
+            member.commit(previous)
+        if snap.state is not ConnectorState.RUNNING and not (
+            snap.state is ConnectorState.REBALANCE_FAILED and not snap.owned
+        ):
+            # Suspended or rebalancing: ownership is in doubt, plan nothing new.
+            return start
+        owned = list(snap.owned)
+        need_start = [tp for tp in owned if tp not in previous and tp not in snap.committed]
+        starting = self._resolve_starting(member, need_start)
+        starts, rebased = plan_starts(previous, owned, snap.committed, starting)
+        latest = member.list_offsets(owned, LATEST)
+        self._latest = latest
+        if self._target is not None:
+            for tp in owned:
+                self._target.setdefault(tp, latest[tp])
+        ends: dict[TopicPartition, int] = {}
+        for tp in owned:
+            begin = starts[tp]
+            end = latest[tp] if self._target is None else min(latest[tp], self._target[tp])
+            if begin > latest[tp]:
+                message = f"offset {begin} of {tp} is beyond its log end offset {latest[tp]}"
+                if self.options.fail_on_data_loss:
+                    raise DataLossError(f"{message}; set failOnDataLoss=false to skip ahead")
+                log.warning("%s; continuing at the log end", message)
+                starts[tp] = rebased[tp] = begin = latest[tp]
+            ends[tp] = max(begin, end)
+        if isinstance(limit, ReadMaxRows):
+            ends = rate_limit({tp: (starts[tp], ends[tp]) for tp in owned}, limit.max_rows)
+        if ends == previous and not rebased and INITIAL_KEY not in start:
+            return start
+        return encode_offsets(ends, rebased)
+
+    def _resolve_starting(
+        self, member: GroupMember, tps: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """Concrete ``startingOffsets`` of partitions the group has no offset for."""
+        wanted = {tp: self.options.starting_offsets.for_partition(tp) for tp in tps}
+        resolved = {tp: o for tp, o in wanted.items() if o >= 0}
+        for sentinel in (EARLIEST, LATEST):
+            tps_of = [tp for tp, o in wanted.items() if o == sentinel]
+            resolved.update(member.list_offsets(tps_of, sentinel))
+        return resolved
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The log end offsets seen by the last ``latestOffset`` (for query progress)."""
+        return encode_offsets(self._latest) if self._latest else None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The Spark tasks of the batch ``(start, end]``: one range per partition (or more).
+
+        Only the two checkpointed offsets decide the ranges, so a replay reads exactly what
+        the first attempt read: a partition in ``end`` starts at its ``"@start"`` entry, else
+        at its offset in ``start``, else (nothing to read) at its end.
+
+        Args:
+            start: the previous batch's end offset.
+            end: this batch's end offset.
+
+        Returns:
+            ``ZkKafkaInputPartition`` objects, split for ``minPartitions``.
+
+        Raises:
+            ConsumerError: the brokers' addresses could not be found.
+        """
+        previous, _ = decode_offsets(start)
+        ends, starts = decode_offsets(end)
+        ranges = {tp: (starts.get(tp, previous.get(tp, e)), e) for tp, e in ends.items()}
+        planned = plan_ranges(ranges, self.options.min_partitions)
+        if not planned:
+            return []
+        if self._bootstrap is None:
+            self._bootstrap = self._group().bootstrap_servers()
+        cfg = self.options.config
+        return [
+            ZkKafkaInputPartition(
+                topic=r.tp.topic,
+                partition=r.tp.partition,
+                start=r.start,
+                end=r.end,
+                bootstrap_servers=self._bootstrap,
+                include_headers=self.options.include_headers,
+                fail_on_data_loss=self.options.fail_on_data_loss,
+                client_id=cfg.effective_client_id,
+                max_bytes=cfg.fetch_message_max_bytes,
+                socket_timeout_ms=cfg.socket_timeout_ms,
+                fetch_wait_max_ms=cfg.fetch_wait_max_ms,
+                retry_backoff_ms=cfg.refresh_leader_backoff_ms,
+            )
+            for r in planned
+        ]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed the batch ending at ``end``: commit its offsets to the group.
+
+        Only partitions this member still owns, and only forward (see
+        :meth:`GroupMember.commit`).
+
+        Args:
+            end: the batch's end offset.
+
+        Raises:
+            ConsumerError: the member failed.
+        """
+        ends, _ = decode_offsets(end)
+        written = self._group().commit(ends)
+        log.debug("committed %d offsets of the batch ending at %s", len(written), end)
+
+    def stop(self) -> None:
+        """Leave the group; the other members take over this member's partitions."""
+        member, self._member = self._member, None
+        if member is not None:
+            member.stop()
+
+    # executors ------------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Fetch one planned range from the partition's leader (runs on an executor).
+
+        Args:
+            partition: a ``ZkKafkaInputPartition``.
+
+        Returns:
+            An iterator of Arrow record batches in the Kafka source's schema.
+
+        Raises:
+            TypeError: ``partition`` is not a ``ZkKafkaInputPartition``.
+            DataLossError, BrokerNotAvailableError, ConsumerError: as
+                :func:`read_offset_range`.
+        """
+        if not isinstance(partition, ZkKafkaInputPartition):
+            raise TypeError(f"not a zkkafka partition: {partition!r}")
+        return read_offset_range(partition)
+
+
+class ZkKafkaDataSource(DataSource):
+    """``spark.readStream.format("zkkafka")``: Kafka records of a ZooKeeper consumer group.
+
+    Options: see :func:`~aiozkconsumer.spark.planning.parse_source_options`. The schema is
+    the Kafka source's (:data:`~aiozkconsumer.spark.schema.KAFKA_SCHEMA`, plus ``headers``
+    with ``includeHeaders``).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """``"zkkafka"``."""
+        return SOURCE_NAME
+
+    def _options(self) -> SourceOptions:
+        return parse_source_options(self.options)
+
+    def schema(self) -> StructType:
+        """The Kafka source's schema; checks the options (so ``load()`` reports bad ones).
+
+        Returns:
+            ``KAFKA_SCHEMA``, or ``KAFKA_SCHEMA_WITH_HEADERS`` with ``includeHeaders``.
+
+        Raises:
+            InvalidConfigError: an option is missing, unknown or invalid.
+        """
+        return kafka_schema(self._options().include_headers)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The stream reader.
+
+        Args:
+            schema: the schema Spark resolved; must be this source's.
+
+        Returns:
+            A :class:`ZkKafkaStreamReader`.
+
+        Raises:
+            InvalidConfigError: an option is invalid, or a user-given schema differs from
+                the Kafka source's.
+        """
+        options = self._options()
+        expected = kafka_schema(options.include_headers)
+        if schema != expected:
+            raise InvalidConfigError(
+                "schema",
+                f"the zkkafka source has the Kafka source's fixed schema {expected.simpleString()}"
+                f", got {schema.simpleString()}",
+            )
+        return ZkKafkaStreamReader(options)
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``zkkafka`` format with a Spark session.
+
+    Then ``spark.readStream.format("zkkafka").option(...).load()``. The package must be
+    importable by the session's Python workers (install it in their environment).
+
+    Args:
+        spark: a classic (Py4J) or Spark Connect session.
+    """
+    spark.dataSource.register(ZkKafkaDataSource)

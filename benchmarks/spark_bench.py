@@ -1,0 +1,329 @@
+"""Records/s through ``foreachBatch``: the ``zkkafka`` source against Spark's Kafka source.
+
+Both sources read the same topic of a local Kafka 3.9 cluster (``LocalCluster``) in the same
+Spark session, with the same trigger (``availableNow``), the same ``maxOffsetsPerTrigger`` and
+the same sink (an aggregation over ``value``, so every record is materialised). Each source
+first runs once on a small warm-up topic, so that both measured runs find the JVM and Spark's
+Python workers warm.
+
+Spark's Kafka source (``spark-sql-kafka-0-10_2.13``) is not in the PySpark wheel: its jars are
+resolved from Maven Central by ``mvn dependency:copy-dependencies`` from the pinned pom next to
+this file, into ``~/.cache/aiozkconsumer/spark-sql-kafka-<version>/libs`` (like the broker
+jars), and passed with ``spark.jars``.
+
+Usage::
+
+    .venv/bin/python benchmarks/spark_bench.py --records 500000 --max-offsets-per-trigger 100000
+
+Prints both rates and their ratio; writes ``spark_bench.json`` and ``spark_bench.md`` into
+``--out-dir``. Not a test: nothing here asserts on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Coroutine
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+POM = Path(__file__).with_name("spark-sql-kafka-pom.xml")
+MARKER = ".complete"
+_T = TypeVar("_T")
+
+log = logging.getLogger("spark_bench")
+
+
+def arun(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run a coroutine on a private event loop."""
+    return asyncio.run(coro)
+
+
+# -- the Kafka connector's jars --------------------------------------------------------------
+
+
+def connector_jars(
+    connector_version: str, token_version: str, cache: Path, pyspark_jars: Path
+) -> list[Path]:
+    """Resolve ``spark-sql-kafka-0-10`` into the cache (once) and return the jars to add.
+
+    Jars whose artifact PySpark already ships (scala-library, slf4j, lz4, ...) are left out,
+    so Spark's own versions stay in force.
+
+    Raises:
+        SystemExit: Maven is missing or the artifacts cannot be resolved.
+    """
+    target = cache / f"spark-sql-kafka-{connector_version}"
+    libs = target / "libs"
+    digest = hashlib.sha256(
+        POM.read_bytes() + f"{connector_version}/{token_version}".encode()
+    ).hexdigest()
+    marker = target / MARKER
+    if not (marker.exists() and marker.read_text().strip() == digest):
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise SystemExit("mvn not found: install Maven (apt-get install maven)")
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cache))
+        cmd = [
+            mvn,
+            "-B",
+            "-q",
+            "-Dstyle.color=never",
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-Dspark.kafka.version={connector_version}",
+            f"-Dspark.token.version={token_version}",
+            f"-DoutputDirectory={staging / 'libs'}",
+        ]
+        log.info("resolving spark-sql-kafka-0-10 %s: %s", connector_version, " ".join(cmd))
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+            raise SystemExit(
+                f"Maven could not resolve spark-sql-kafka-0-10_2.13 {connector_version} "
+                f"(token provider {token_version}):\n{tail}\n"
+                "If your Maven Central mirror lacks that release, pick available ones with "
+                "--connector-version / --token-provider-version."
+            )
+        (staging / MARKER).write_text(digest + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    shipped = {_artifact(p.name) for p in pyspark_jars.glob("*.jar")}
+    return sorted(p for p in libs.glob("*.jar") if _artifact(p.name) not in shipped)
+
+
+def _artifact(jar_name: str) -> str:
+    """``kafka-clients-3.9.2.jar`` -> ``kafka-clients`` (the name before the version)."""
+    parts = jar_name.removesuffix(".jar").split("-")
+    for i, part in enumerate(parts):
+        if part[:1].isdigit():
+            return "-".join(parts[:i])
+    return "-".join(parts)
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One measured query."""
+
+    source: str
+    records: int
+    batches: int
+    seconds: float
+    records_per_s: float
+    max_batch_rows: int
+    mean_batch_ms: float
+
+
+def run_query(spark: Any, df: Any, expected: int, label: str) -> Run:
+    """Run ``df`` to the end with availableNow into an aggregating foreachBatch sink."""
+    from pyspark.sql import functions as F
+
+    rows: list[int] = []
+
+    def sink(batch: Any, batch_id: int) -> None:
+        got = batch.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).first()
+        rows.append(int(got.n))
+
+    checkpoint = tempfile.mkdtemp(prefix=f"spark-bench-{label}-")
+    started = time.perf_counter()
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    total = sum(rows)
+    if total != expected:
+        raise SystemExit(f"{label}: read {total} records, expected {expected}")
+    durations = [p["durationMs"]["triggerExecution"] for p in progress]
+    return Run(
+        source=label,
+        records=total,
+        batches=len(rows),
+        seconds=round(seconds, 3),
+        records_per_s=round(total / seconds, 1),
+        max_batch_rows=max(rows, default=0),
+        mean_batch_ms=round(sum(durations) / len(durations), 1) if durations else 0.0,
+    )
+
+
+def zkkafka_df(spark: Any, cluster: Any, topic: str, max_offsets: int) -> Any:
+    return (
+        spark.readStream.format("zkkafka")
+        .option("zookeeper.connect", cluster.zookeeper_connect)
+        .option("group.id", f"bench-{uuid.uuid4().hex[:8]}")
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", max_offsets)
+        .load()
+    )
+
+
+def kafka_df(spark: Any, cluster: Any, topic: str, max_offsets: int) -> Any:
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", max_offsets)
+        .load()
+    )
+
+
+async def make_topic(cluster: Any, topic: str, partitions: int, records: int, size: int) -> None:
+    await cluster.create_topic(topic, partitions)
+    value = b"x" * size
+    per = {
+        p: [(b"%d" % i, value) for i in range(p, records, partitions)] for p in range(partitions)
+    }
+    await cluster.produce_to_partitions(topic, per)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=1, help="measured runs per source")
+    parser.add_argument(
+        "--connector-version", help="spark-sql-kafka-0-10 version (default: PySpark's)"
+    )
+    parser.add_argument(
+        "--token-provider-version",
+        help="spark-token-provider-kafka-0-10 version (default: the connector's)",
+    )
+    parser.add_argument("--out-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    log.setLevel(logging.INFO)
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    from aiozkconsumer.spark import register
+    from aiozkconsumer.testing import LocalCluster
+    from aiozkconsumer.testing.provision import default_cache_dir
+
+    cache = default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    connector_version = args.connector_version or pyspark.__version__
+    token_version = args.token_provider_version or connector_version
+    jars = connector_jars(
+        connector_version, token_version, cache, Path(pyspark.__file__).parent / "jars"
+    )
+    out_dir = args.out_dir or cache / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    cluster = LocalCluster()
+    arun(cluster.start())
+    spark = None
+    try:
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        warm = f"warm-{uuid.uuid4().hex[:8]}"
+        t0 = time.perf_counter()
+        arun(make_topic(cluster, topic, args.partitions, args.records, args.value_bytes))
+        arun(make_topic(cluster, warm, args.partitions, 10_000, args.value_bytes))
+        log.info("produced %d records in %.1f s", args.records, time.perf_counter() - t0)
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("aiozkconsumer-spark-bench")
+            .config("spark.jars", ",".join(str(j) for j in jars))
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.memory", "2g")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        sources = {"zkkafka": zkkafka_df, "kafka": kafka_df}
+        for name, make in sources.items():
+            run_query(spark, make(spark, cluster, warm, args.max_offsets_per_trigger), 10_000, name)
+        runs: list[Run] = []
+        for _ in range(args.repeat):
+            for name, make in sources.items():
+                df = make(spark, cluster, topic, args.max_offsets_per_trigger)
+                run = run_query(spark, df, args.records, name)
+                log.info("%s", run)
+                runs.append(run)
+    finally:
+        if spark is not None:
+            spark.stop()
+        arun(cluster.stop())
+
+    best = {
+        name: max((r for r in runs if r.source == name), key=lambda r: r.records_per_s)
+        for name in sources
+    }
+    ratio = best["zkkafka"].records_per_s / best["kafka"].records_per_s
+    result = {
+        "pyspark": pyspark.__version__,
+        "spark_sql_kafka": connector_version,
+        "spark_token_provider_kafka": token_version,
+        "kafka_broker": "3.9.1 (LocalCluster, 1 broker)",
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        ),
+        "master": "local[2]",
+        "trigger": "availableNow",
+        "records": args.records,
+        "partitions": args.partitions,
+        "value_bytes": args.value_bytes,
+        "max_offsets_per_trigger": args.max_offsets_per_trigger,
+        "runs": [asdict(r) for r in runs],
+        "zkkafka_records_per_s": best["zkkafka"].records_per_s,
+        "kafka_records_per_s": best["kafka"].records_per_s,
+        "ratio_zkkafka_to_kafka": round(ratio, 3),
+    }
+    (out_dir / "spark_bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = [
+        "| source | records | batches | seconds | records/s | max batch | mean batch ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *(
+            f"| {r.source} | {r.records} | {r.batches} | {r.seconds} | {r.records_per_s:,.0f} "
+            f"| {r.max_batch_rows} | {r.mean_batch_ms} |"
+            for r in runs
+        ),
+    ]
+    header = (
+        f"PySpark {pyspark.__version__}, spark-sql-kafka {connector_version}, local[2], "
+        f"availableNow, maxOffsetsPerTrigger={args.max_offsets_per_trigger}, "
+        f"{args.partitions} partitions, {args.value_bytes}-byte values\n\n"
+    )
+    footer = f"\n\nzkkafka / kafka = {ratio:.2f}\n"
+    (out_dir / "spark_bench.md").write_text(header + "\n".join(table) + footer)
+    print(header + "\n".join(table) + footer)
+    print(f"zkkafka: {best['zkkafka'].records_per_s:,.0f} records/s")
+    print(f"kafka:   {best['kafka'].records_per_s:,.0f} records/s")
+    print(f"ratio zkkafka/kafka: {ratio:.2f}")
+    print(f"wrote {out_dir / 'spark_bench.json'} and {out_dir / 'spark_bench.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
