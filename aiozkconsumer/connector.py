@@ -301,10 +301,12 @@ class ZookeeperConsumerConnector:
         try:
             return await tg.__aexit__(exc_type, exc, tb)  # type: ignore[no-any-return]
         except BaseExceptionGroup as group:
-            # One background failure: raise it as itself, not wrapped in a group.
-            errors = [e for e in group.exceptions if isinstance(e, ConsumerError)]
-            if len(group.exceptions) == 1 and errors:
-                raise errors[0] from group
+            # The block's own exception comes out as itself, as from any `async with`; so
+            # does a single background failure. Only several failures stay a group.
+            if exc is not None and all(e is exc for e in group.exceptions):
+                raise exc from None
+            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ConsumerError):
+                raise group.exceptions[0] from group
             raise
 
     async def start(self) -> None:

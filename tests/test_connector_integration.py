@@ -171,3 +171,11 @@ async def test_unreachable_zookeeper_fails_within_connection_timeout() -> None:
         async with ZookeeperConsumerConnector(config):
             pass
     assert time.monotonic() - t0 < 10  # bounded, not hanging (the limit is generous)
+
+
+async def test_an_error_in_the_block_comes_out_as_itself(
+    any_cluster: LocalCluster, unique_group_id: str
+) -> None:
+    with pytest.raises(KeyError, match="mine"):
+        async with ZookeeperConsumerConnector(config_for(any_cluster, unique_group_id)):
+            raise KeyError("mine")
