@@ -785,3 +785,14 @@ def test_summary_names_counts_and_anomalies() -> None:
     assert "produced=10 delivered=5" in text
     assert "lost=1" in text
     assert "lost t/0" in text
+
+
+def test_batch_handed_out_before_a_freeze_and_logged_after_it_is_not_an_overlap() -> None:
+    """a hands out 5..9 within its session lease (ending at 3.4), is frozen before it can log
+    them, and logs them at 7.9, after b claimed at 6: the hand-out was before b's claim."""
+    late = consumed(7.9, "a", 0, 5, 9)
+    events = _paused_history(zombie_delivery=False)
+    assert kinds(check(produced({0: 20}), [*events, late])) == {AnomalyKind.OWNERSHIP_OVERLAP}
+    late["handed_out_by"] = 3.4
+    result = check(produced({0: 20}), [*events, late])
+    assert result.ok, result.summary()

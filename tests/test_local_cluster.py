@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import importlib.metadata
 import json
+import os
 import re
 import shutil
 import socket
@@ -61,7 +62,10 @@ def _process_gone(pid: int) -> bool:
 
 
 def _java_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "-x", "java"], capture_output=True, text=True, check=False)
+    """Java processes started by this test process (others may run on the machine)."""
+    out = subprocess.run(
+        ["pgrep", "-x", "-P", str(os.getpid()), "java"], capture_output=True, text=True, check=False
+    )
     return {int(line) for line in out.stdout.split()}
 
 

@@ -665,8 +665,12 @@ class _Checker:
             )
         else:
             self.check_continuity(epoch, log, first, last, ts, where)
-            epoch.last_delivery_ts = ts
-            self.deliveries.append(_Delivery(ts, epoch, inc.member, low, high))
+            # ``handed_out_by``: the latest the records can have been handed out (the end of
+            # the session lease they were handed out under); the event itself may be written
+            # later, by a member frozen in between.
+            delivered = min(ts, float(event.get("handed_out_by", ts)))
+            epoch.last_delivery_ts = delivered
+            self.deliveries.append(_Delivery(delivered, epoch, inc.member, low, high))
         self.count_deliveries(epoch, log, first, last, ts)
 
     def check_continuity(

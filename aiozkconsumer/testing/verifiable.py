@@ -43,7 +43,10 @@ and ``partition`` (and ``offset`` where said).
 - ``startup``: ``consumer_id``, ``group``, ``topic``, ``streams``, ``properties``.
 - ``state``: ``state``, a :class:`~aiozkconsumer.ConnectorState` value (``"running"``,
   ``"rebalancing"``, ``"suspended"``, ...), written when the connector's state changes
-  (followed with ``wait_for_state_change()``).
+  (followed with ``wait_for_state_change()``); ``session_password`` (hex, or ``null``): the
+  password of the session in ``session``. With the id it lets a fault injector expire the
+  session on the server for real
+  (:meth:`~aiozkconsumer.testing.LocalCluster.expire_session`); test clusters only.
 - ``assigned``: ``partitions`` (each with ``offset``: the committed offset read when claiming,
   the position fetching starts from; -1 when none was committed), ``reason``. Written in the
   listener's ``before_starting_fetchers``: after the owner nodes were created, before any record
@@ -56,7 +59,10 @@ and ``partition`` (and ``offset`` where said).
   that no listener call reported; should not happen).
 - ``consumed``: ``topic``, ``partition``, ``min_offset``, ``max_offset``, ``count``, ``first``,
   ``last`` (the values at ``min_offset`` / ``max_offset`` as text): one event per partition per
-  batch of ``stream.batches()``, written as the batch is handed out. (A batch whose offsets of a
+  batch of ``stream.batches()``, written as the batch is handed out; ``handed_out_by`` (when
+  the connector keeps a session lease): the wall-clock time by which the records were handed
+  out at the latest — the end of the lease they were handed out under — for a member frozen
+  between the hand-out and the event. (A batch whose offsets of a
   partition do not increase is split into increasing runs, so the checker sees the step back.)
 - ``committed``: ``offsets`` (entries with ``offset``: the next offset to read), ``reason``:
   ``"interval"``, ``"release"`` or ``"shutdown"``.
@@ -73,6 +79,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import random
 import signal
@@ -378,7 +385,17 @@ class VerifiableConsumer:
         stats = self.connector.statistics()
         fields.setdefault("session", _session_text(stats.session_id))
         fields.setdefault("generation", stats.generation)
+        if event_type == "state":
+            fields.setdefault("session_password", self._session_password())
         self.writer.write(event_type, **fields)
+
+    def _session_password(self) -> str | None:
+        """The current session's password as hex (``None`` before the first session)."""
+        raw = self.connector.zk.raw
+        password = getattr(getattr(raw, "session", None), "password", None)
+        if self.connector.zk.session_id is None or not isinstance(password, bytes):
+            return None
+        return password.hex()
 
     def _sync_session(self) -> None:
         """After a session was replaced (expiry), record that its partitions are gone."""
@@ -488,6 +505,14 @@ class VerifiableConsumer:
                 self._sync_owned("observed")
 
     def _record_batch(self, batch: Sequence[MessageAndMetadata]) -> None:
+        # When the batch was handed out, at the latest: the connector hands records out only
+        # within its session lease, so a process frozen between the hand-out and this line
+        # (SIGSTOP, a long pause) still logs when the hand-out could have happened at most.
+        # Nothing awaits between the batch's return and here, so the lease is still the one
+        # the hand-out was checked against.
+        deadline = self.connector.gate.deadline
+        now_wall, now_mono = time.time(), time.monotonic()
+        handed_out_by = now_wall - max(0.0, now_mono - deadline) if deadline != math.inf else None
         runs: dict[tuple[str, int], list[MessageAndMetadata]] = {}
         order: list[list[MessageAndMetadata]] = []
         for msg in batch:
@@ -508,6 +533,7 @@ class VerifiableConsumer:
                 count=len(run),
                 first=_text(first.value),
                 last=_text(last.value),
+                **({"handed_out_by": handed_out_by} if handed_out_by is not None else {}),
             )
 
     async def _consume(self, stream: KafkaStream) -> None:
