@@ -68,8 +68,10 @@ class ConnectorState(enum.Enum):
 
     - ``NEW``: constructed, not started. No session; fetches, commits and hands out nothing.
     - ``CONNECTED``: ZooKeeper session open, no streams yet. Not registered, owns nothing.
-    - ``REBALANCING``: registered; fetchers stopped and queued chunks dropped; partitions being
-      released are no longer handed out. Commits consumed offsets once, before releasing.
+    - ``REBALANCING``: registered; computing and applying a new assignment. Partitions that
+      stay with this member keep being fetched and handed out; partitions that move are no
+      longer handed out, their queued chunks are dropped and their consumed offsets committed
+      once, before their owner nodes are released.
     - ``RUNNING``: owns its assignment; fetches, auto-commits and hands records to the streams.
     - ``REBALANCE_FAILED``: registered but owns nothing after ``rebalance.max.retries`` failed
       attempts (the original stayed idle silently; here the state and ``last_error`` say so).

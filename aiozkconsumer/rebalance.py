@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -76,6 +76,19 @@ def plan_assignment(
     """
     ctx = AssignmentContext.build(group, consumer_id, topic_counts, partitions_for_topic)
     return get_assignor(strategy)(ctx)
+
+
+async def _call_listener(call: Awaitable[None]) -> None:
+    """Await a listener hook; any exception it raises fails the rebalance attempt.
+
+    As the original, where the listener ran inside the attempt's ``try``.
+    """
+    try:
+        await call
+    except ConsumerError:
+        raise
+    except Exception as e:
+        raise ConsumerError(f"the rebalance listener raised {e!r}") from e
 
 
 @dataclass(frozen=True)
@@ -222,7 +235,7 @@ class Rebalancer:
             ownership: dict[str, set[int]] = {}
             for tp in released:
                 ownership.setdefault(tp.topic, set()).add(tp.partition)
-            await c.listener.before_releasing_partitions(ownership)
+            await _call_listener(c.listener.before_releasing_partitions(ownership))
         for tp in sorted(released):
             # Only our own node: after a session expiry it may be another member's by now.
             await c.zk.delete_if_owned(layout.owner_path(c.config.group_id, tp.topic, tp.partition))
@@ -345,7 +358,7 @@ class Rebalancer:
             for per_consumer in assignment.values():
                 for tp, tid in per_consumer.items():
                     global_view.setdefault(tp.topic, {})[tp.partition] = tid
-            await c.listener.before_starting_fetchers(me, global_view)
+            await _call_listener(c.listener.before_starting_fetchers(me, global_view))
         if new_ptis and c.fetch_enabled:
             await c.ensure_kafka(brokers)
             if c.fetcher.running:

@@ -369,3 +369,28 @@ async def test_metrics_follow_the_originals_names(
         assert "kafka_consumer_consumer_topic_metrics_messages_total" in text
         tg.cancel_scope.cancel()
     assert len(c.metrics) == 0  # removed on shutdown (KAFKA-1567)
+
+
+async def test_a_listener_that_raises_fails_the_attempt(
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    from aiozkconsumer import ConsumerRebalanceFailedError
+
+    await _topic(any_cluster, unique_topic, 1, 0)
+
+    class Broken(RecordingListener):
+        async def before_starting_fetchers(
+            self, consumer_id: str, global_partition_assignment: dict[str, Any]
+        ) -> None:
+            raise ValueError("listener bug")
+
+    config = config_for(
+        any_cluster, unique_group_id, rebalance_max_retries=2, rebalance_backoff_ms=10
+    )
+    async with ZookeeperConsumerConnector(config) as c:
+        c.set_consumer_rebalance_listener(Broken())
+        with pytest.raises(ConsumerRebalanceFailedError, match="listener bug"):
+            await c.create_message_streams({unique_topic: 1})
+        stats = c.statistics()
+        assert stats.state is ConnectorState.REBALANCE_FAILED
+        assert stats.failed_rebalance_attempts == 2 and stats.owned_partitions == ()

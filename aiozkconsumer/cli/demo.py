@@ -193,10 +193,10 @@ async def _member(
     tracker: _Tracker,
     stop: anyio.Event,
     bar: tqdm[Any] | None,
-    connectors: list[ZookeeperConsumerConnector],
+    connectors: dict[int, ZookeeperConsumerConnector],
 ) -> None:
     async with ZookeeperConsumerConnector(config) as connector:
-        connectors.append(connector)
+        connectors[index] = connector
         streams = await connector.create_message_streams({topic: streams_per_member})
         async with anyio.create_task_group() as tg:
             for stream in streams[topic]:
@@ -269,7 +269,7 @@ async def run_demo(cluster: Cluster, args: argparse.Namespace) -> DemoResult:
         auto_commit_interval_ms=1000,
     )
     stops = [anyio.Event() for _ in range(args.consumers)]
-    connectors: list[ZookeeperConsumerConnector] = []
+    connectors: dict[int, ZookeeperConsumerConnector] = {}
     bar = (
         None
         if args.no_progress
@@ -316,7 +316,7 @@ async def run_demo(cluster: Cluster, args: argparse.Namespace) -> DemoResult:
     result.lost = tracker.total - tracker.distinct
     if tracker.first is not None:
         result.seconds = max(tracker.last - tracker.first, 1e-9)
-    for i, connector in enumerate(connectors):
+    for i, connector in sorted(connectors.items()):
         for rec in connector.statistics().rebalances:
             result.rebalances.append((i, rec))
     committed = await _read_committed(cluster.zookeeper_connect, group, topic, args.partitions)
