@@ -150,9 +150,9 @@ async def _produce_each(
 
 @integration
 async def test_partitions_leader_and_earliest_latest_offsets(
-    zk_kafka_cluster: LocalCluster, unique_topic: str
+    any_cluster: LocalCluster, unique_topic: str
 ) -> None:
-    cluster = zk_kafka_cluster
+    cluster = any_cluster
     await cluster.create_topic(unique_topic, 2)
     await cluster.produce_to_partitions(
         unique_topic,
@@ -171,9 +171,9 @@ async def test_partitions_leader_and_earliest_latest_offsets(
 
 @integration
 async def test_fetch_from_an_offset_returns_the_records(
-    zk_kafka_cluster: LocalCluster, unique_topic: str
+    any_cluster: LocalCluster, unique_topic: str
 ) -> None:
-    cluster = zk_kafka_cluster
+    cluster = any_cluster
     await cluster.create_topic(unique_topic, 1)
     now = int(time.time() * 1000)
     sent = [(b"key%d" % i if i % 2 else None, b"value%d" % i, now - 10_000 + i) for i in range(6)]
@@ -196,9 +196,9 @@ async def test_fetch_from_an_offset_returns_the_records(
 
 @integration
 async def test_fetch_range_spans_many_fetches_and_yields_exactly_the_range(
-    zk_kafka_cluster: LocalCluster, unique_topic: str
+    any_cluster: LocalCluster, unique_topic: str
 ) -> None:
-    cluster = zk_kafka_cluster
+    cluster = any_cluster
     await cluster.create_topic(unique_topic, 1)
     for b in range(8):  # 8 batches of 5 records: offsets 0..39
         await cluster.produce(unique_topic, [(None, b"r%d" % (b * 5 + i)) for i in range(5)])
@@ -227,9 +227,9 @@ async def test_fetch_range_spans_many_fetches_and_yields_exactly_the_range(
 
 @integration
 async def test_offsets_before_a_timestamp(
-    zk_kafka_cluster: LocalCluster, unique_topic: str
+    any_cluster: LocalCluster, unique_topic: str
 ) -> None:
-    cluster = zk_kafka_cluster
+    cluster = any_cluster
     await cluster.create_topic(unique_topic, 1)
     base = int(time.time() * 1000) - 60_000
     await _produce_each(
@@ -250,9 +250,9 @@ async def test_offsets_before_a_timestamp(
 
 @integration
 async def test_out_of_range_offsets_raise_naming_the_valid_range(
-    zk_kafka_cluster: LocalCluster, unique_topic: str
+    any_cluster: LocalCluster, unique_topic: str
 ) -> None:
-    cluster = zk_kafka_cluster
+    cluster = any_cluster
     await cluster.create_topic(unique_topic, 1)
     await cluster.produce(unique_topic, [(None, b"x%d" % i) for i in range(10)])
     tp = TopicPartition(unique_topic, 0)
@@ -278,9 +278,9 @@ async def test_out_of_range_offsets_raise_naming_the_valid_range(
 
 @integration
 async def test_unknown_topic_and_partition(
-    zk_kafka_cluster: LocalCluster, unique_topic: str
+    any_cluster: LocalCluster, unique_topic: str
 ) -> None:
-    cluster = zk_kafka_cluster
+    cluster = any_cluster
     async with SimpleConsumer(cluster.bootstrap_servers) as consumer:
         with pytest.raises(UnknownTopicError) as e:
             await consumer.partitions_for(unique_topic)
