@@ -101,6 +101,9 @@ def parse_records(
     next_offset = fetch_offset
     complete = False
     topic, partition = tp.topic, tp.partition
+    append = records.append
+    new = tuple.__new__
+    mam = MessageAndMetadata
     try:
         while memory_records.has_next():
             batch = memory_records.next_batch()
@@ -116,16 +119,21 @@ def parse_records(
                     continue
                 timestamp = record.timestamp
                 timestamp_type = record.timestamp_type
-                records.append(
-                    MessageAndMetadata(
-                        topic,
-                        partition,
-                        offset,
-                        record.key,
-                        record.value,
-                        timestamp if timestamp is not None else -1,
-                        timestamp_type if timestamp_type is not None else -1,
-                        tuple(record.headers),
+                headers = record.headers
+                # tuple.__new__ skips NamedTuple's Python-level __new__: this runs per record.
+                append(
+                    new(
+                        mam,
+                        (
+                            topic,
+                            partition,
+                            offset,
+                            record.key,
+                            record.value,
+                            timestamp if timestamp is not None else -1,
+                            timestamp_type if timestamp_type is not None else -1,
+                            tuple(headers) if headers else (),
+                        ),
                     )
                 )
     except kafka_errors.CorruptRecordException as e:
