@@ -35,6 +35,7 @@ here it gives up after a time limit with :class:`~aiozkconsumer.errors.OffsetFet
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import logging
@@ -397,9 +398,11 @@ class ZookeeperOffsetStore:
             ZookeeperConnectionError: ZooKeeper is unreachable.
         """
         result: dict[TopicPartition, int] = {}
-        for tp in tps:
-            path = layout.offset_path(self.group, tp.topic, tp.partition)
-            data = await self.zk.get_data(path)
+        tps = list(tps)
+        paths = [layout.offset_path(self.group, tp.topic, tp.partition) for tp in tps]
+        # Pipelined: ZooKeeper answers in order on one connection.
+        datas = await asyncio.gather(*(self.zk.get_data(path) for path in paths))
+        for tp, path, data in zip(tps, paths, datas, strict=True):
             try:
                 offset = NO_OFFSET if data is None else layout.decode_offset(data, path)
             except MalformedZookeeperDataError as e:

@@ -21,6 +21,7 @@ Beyond the original:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Iterable, Mapping
@@ -273,9 +274,12 @@ class Rebalancer:
         members = sorted(await zk.get_children(layout.ids_dir(group)) or [])
         self._members = tuple(members)
         topic_counts: dict[str, TopicCount] = {}
-        for member in members:
+        # ZooKeeper answers pipelined requests in order on one connection: read all at once.
+        datas = await asyncio.gather(
+            *(zk.get_data(layout.ids_path(group, member)) for member in members)
+        )
+        for member, data in zip(members, datas, strict=True):
             path = layout.ids_path(group, member)
-            data = await zk.get_data(path)
             if data is None:
                 continue  # left meanwhile; the ids watch triggers another rebalance
             try:
@@ -345,11 +349,17 @@ class Rebalancer:
             return False
         # Fencing: each claim moves the partition's fencing token on, so a former owner
         # (a zombie that has not noticed yet) can no longer commit it.
-        for tp, pti in new_ptis.items():
-            pti.fence = await c.zk.bump(
-                layout.fencing_path(cfg.group_id, tp.topic, tp.partition),
-                layout.encode_owner(str(acquire[tp])),
+        tokens = await asyncio.gather(
+            *(
+                c.zk.bump(
+                    layout.fencing_path(cfg.group_id, tp.topic, tp.partition),
+                    layout.encode_owner(str(acquire[tp])),
+                )
+                for tp in new_ptis
             )
+        )
+        for pti, token in zip(new_ptis.values(), tokens, strict=True):
+            pti.fence = token
         c.topic_registry = {**c.topic_registry, **new_ptis}
         self.last_moves = (len(keep), len(registry) - len(keep), len(new_ptis))
         c.owned_partitions_changed()
@@ -377,11 +387,23 @@ class Rebalancer:
         """
         c = self.c
         created: list[str] = []
-        for tp, thread_id in sorted(mine.items()):
-            path = layout.owner_path(c.config.group_id, tp.topic, tp.partition)
-            if await c.zk.create_ephemeral_expect_conflict(
-                path, layout.encode_owner(str(thread_id))
-            ):
+        items = sorted(mine.items())
+        paths = [layout.owner_path(c.config.group_id, tp.topic, tp.partition) for tp, _ in items]
+        results = await asyncio.gather(
+            *(
+                c.zk.create_ephemeral_expect_conflict(path, layout.encode_owner(str(thread_id)))
+                for path, (_, thread_id) in zip(paths, items, strict=True)
+            ),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            # Undo what did get created, then fail the attempt with the first error.
+            made = [p for p, r in zip(paths, results, strict=True) if r is True]
+            await asyncio.gather(*(c.zk.delete(p) for p in made), return_exceptions=True)
+            raise errors[0]
+        for path, (tp, _), ok in zip(paths, items, results, strict=True):
+            if ok:
                 created.append(path)
             else:
                 log.info(
@@ -392,7 +414,6 @@ class Rebalancer:
                 )
                 blocking.append(path)
         if blocking:
-            for path in created:
-                await c.zk.delete(path)
+            await asyncio.gather(*(c.zk.delete(path) for path in created))
             return False
         return True
