@@ -8,6 +8,7 @@ reaches the owner of the ``async with`` block.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import re
@@ -335,6 +336,7 @@ class ZookeeperConsumerConnector:
         try:
             await tg.start(self._supervise)
             self._bg_tg.start_soon(self._renew_lease)
+            self._bg_tg.start_soon(self._watch_connection)
         except BaseException:
             self._tg = None
             await tg.__aexit__(None, None, None)
@@ -578,6 +580,10 @@ class ZookeeperConsumerConnector:
         """This member's subscription (``None`` before streams exist)."""
         return self._topic_count
 
+    async def register(self) -> None:
+        """Write this member's registration node again (used by the rebalancer)."""
+        await self._register()
+
     async def _register(self) -> None:
         """Write our registration node (``registerConsumerInZK``), as a checked ephemeral."""
         assert self._topic_count is not None
@@ -604,8 +610,10 @@ class ZookeeperConsumerConnector:
         if source != "auto":
             return source == "kafka"
         if self._metadata_from_kafka is None:
-            has_brokers = bool(await self.zk.get_children(layout.BROKER_IDS_PATH))
-            self._metadata_from_kafka = not has_brokers and bool(self.config.bootstrap_servers)
+            # A ZooKeeper-mode cluster keeps /brokers/ids even while every broker is down
+            # (restarting); a KRaft cluster never creates it.
+            zk_mode = await self.zk.exists(layout.BROKER_IDS_PATH)
+            self._metadata_from_kafka = not zk_mode and bool(self.config.bootstrap_servers)
         return self._metadata_from_kafka
 
     # -- kafka ---------------------------------------------------------------------------
@@ -672,6 +680,11 @@ class ZookeeperConsumerConnector:
             if not self.closing:
                 self._last_error = None
                 self._set_state(ConnectorState.RUNNING)
+
+    async def handle_new_session_if_needed(self) -> None:
+        """Before a rebalance attempt: if the session was replaced, drop and re-register."""
+        if self._session_replaced:
+            await self._handle_new_session()
 
     async def _handle_new_session(self) -> None:
         """After an expiry: drop ownership without committing, register again.
@@ -843,9 +856,9 @@ class ZookeeperConsumerConnector:
                 )
 
         if await self.metadata_from_kafka():
-            kafka = await self.ensure_kafka()
             while True:
                 try:
+                    kafka = await self.ensure_kafka()
                     topics = await kafka.all_topics()
                 except (BrokerNotAvailableError, NoBrokersError) as e:
                     log.info("[%s] topic list refresh failed: %s", self.consumer_id_string, e)
@@ -861,12 +874,12 @@ class ZookeeperConsumerConnector:
 
     async def _watch_partitions_by_metadata(self) -> None:
         """On KRaft clusters, detect partition-count changes by refreshing Kafka metadata."""
-        kafka = await self.ensure_kafka()
         last: dict[str, int] | None = None
         while True:
             tc = self._topic_count
             topics = sorted(tc.get_consumer_thread_ids_per_topic()) if tc else []
             try:
+                kafka = await self.ensure_kafka()
                 counts = await kafka.partition_counts(topics)
             except (BrokerNotAvailableError, NoBrokersError) as e:
                 # Brokers down or restarting: the fetchers retry on their own; look again later.
@@ -892,10 +905,33 @@ class ZookeeperConsumerConnector:
                 with anyio.fail_after(timeout_s / 2):
                     await self.zk.exists("/")
             except (ZookeeperError, TimeoutError) as e:
+                # No proof the session lives: hold records back until a round trip succeeds.
                 log.debug("[%s] lease renewal failed: %r", self.consumer_id_string, e)
+                self.gate.extend(min(self.gate.deadline, time.monotonic()))
             else:
                 self.gate.extend(t0 + LEASE_FRACTION * timeout_s)
             await anyio.sleep(timeout_s / 4)
+
+    async def _watch_connection(self) -> None:
+        """End the lease the moment the ZooKeeper connection drops.
+
+        aiozk notices a connection the server closed (for example because it expired the
+        session) only at the next request; until then the session state still says
+        connected. Watching the connection's read loop ends the lease at once, so no record
+        is handed out until a round trip proves the session alive again.
+        """
+        dead: Any = None
+        while True:
+            conn = getattr(self.zk.raw.session, "conn", None) if self.zk.raw else None
+            task = getattr(conn, "read_loop_task", None)
+            if conn is None or conn is dead or task is None:
+                await anyio.sleep(0.05)  # aiozk offers no event for a new connection
+                continue
+            await asyncio.wait({task})
+            dead = conn
+            if not self.closing:
+                log.info("[%s] ZooKeeper connection dropped", self.consumer_id_string)
+                self.gate.extend(min(self.gate.deadline, time.monotonic()))
 
     async def _watch_session(self) -> None:
         """Follow the session: hold records back while suspended; re-register after expiry.

@@ -453,10 +453,15 @@ class ZookeeperOffsetStore:
         fenced: list[TopicPartition] = []
         fences = fences or {}
         for tp, offset in sorted(offsets.items()):
-            if offset < 0 or self._checkpoint.get(tp) == offset:
+            token = fences.get(tp)
+            if offset < 0:
+                continue
+            if self._checkpoint.get(tp) == offset:
+                # Nothing to write; but a fenced member must still learn it lost the partition.
+                if token is not None and not await self._fence_holds(tp, token):
+                    fenced.append(tp)
                 continue
             path = layout.offset_path(self.group, tp.topic, tp.partition)
-            token = fences.get(tp)
             if token is None:
                 await self.zk.set_or_create(path, layout.encode_offset(offset))
             elif not await self.zk.fenced_write(
@@ -475,6 +480,10 @@ class ZookeeperOffsetStore:
         if written:
             log.debug("committed %d offsets of group %s to ZooKeeper", written, self.group)
         return written
+
+    async def _fence_holds(self, tp: TopicPartition, token: int) -> bool:
+        got = await self.zk.get(layout.fencing_path(self.group, tp.topic, tp.partition))
+        return got is not None and int(got[1].version) == token
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Drop the checkpoints of released partitions."""

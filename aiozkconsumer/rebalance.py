@@ -162,6 +162,9 @@ class Rebalancer:
             blocking: list[str] = []
             self.last_moves = (0, 0, 0)
             try:
+                # The session may have been replaced since the last attempt (or since the
+                # rebalance began): own nothing of the old one and register again first.
+                await c.handle_new_session_if_needed()
                 done = await self._rebalance(blocking)
             except (ConsumerError, MalformedZookeeperDataError, ZookeeperError) as e:
                 log.info("[%s] exception during rebalance: %s", c.consumer_id_string, e)
@@ -173,9 +176,13 @@ class Rebalancer:
             # else can take them) and waits before the next one.
             self.failed_attempts += 1
             c.rebalance_attempt_failed()
-            if blocking:
-                await c.zk.wait_deleted(blocking, backoff_s)
-            else:
+            try:
+                if blocking:
+                    await c.zk.wait_deleted(blocking, backoff_s)
+                else:
+                    await anyio.sleep(backoff_s)
+            except ZookeeperError as e:
+                log.info("[%s] waiting before the next attempt: %s", c.consumer_id_string, e)
                 await anyio.sleep(backoff_s)
         # Out of attempts: own nothing, fetch nothing, as the original after its last attempt.
         await self._release(list(c.topic_registry))
@@ -258,7 +265,12 @@ class Rebalancer:
         me = c.consumer_id_string
         own = await zk.get_data(layout.ids_path(group, me))
         if own is None:
-            raise ConsumerError(f"own registration {layout.ids_path(group, me)} is missing")
+            # Gone with an expired session this member has not noticed yet: register on the
+            # current session (the session watcher drops the old ownership before the next
+            # attempt).
+            log.warning("[%s] own registration is missing: registering again", me)
+            await c.register()
+            return False
         from_kafka = await c.metadata_from_kafka()
         if from_kafka:
             kafka = await c.ensure_kafka()
@@ -369,12 +381,14 @@ class Rebalancer:
                 for tp, tid in per_consumer.items():
                     global_view.setdefault(tp.topic, {})[tp.partition] = tid
             await _call_listener(c.listener.before_starting_fetchers(me, global_view))
-        if new_ptis and c.fetch_enabled:
+        if c.fetch_enabled and c.topic_registry:
             await c.ensure_kafka(brokers)
-            if c.fetcher.running:
-                c.fetcher.add_partitions(new_ptis.values())
-            else:
+            if not c.fetcher.running:
+                # Also after an attempt that failed once its claims were in (a broker was
+                # unreachable): everything owned must be fetched, not only what is new.
                 await c.fetcher.start_connections(c.topic_registry.values(), c.task_group)
+            elif new_ptis:
+                c.fetcher.add_partitions(new_ptis.values())
         return True
 
     async def _claim(
