@@ -5,6 +5,13 @@
   expire a session for real). Two flavours: ``"zookeeper"`` (Kafka 3.9 brokers in ZooKeeper
   mode, the default) and ``"kraft"`` (Kafka 4.x brokers in KRaft mode; ZooKeeper still runs,
   for the consumers).
+- :class:`TcpProxy` (:mod:`aiozkconsumer.testing.proxy`) forwards TCP connections and
+  injects network faults (blackhole, delay, reset, refuse); ``LocalCluster(proxy_links=n)``
+  puts ``n`` :class:`ProxyLink` sets of them between clients and the servers.
+- :mod:`aiozkconsumer.testing.chaos` drives a whole Jepsen-style run: verifiable consumer
+  processes through the proxies, a seeded :class:`FaultScheduler` (process kills and pauses,
+  session expiry, server restarts, link cuts), then the history check (:func:`run_chaos`,
+  :class:`ChaosReport`).
 - :func:`provision_kafka` fetches the jars from Maven Central into a cache directory
   (``python -m aiozkconsumer.testing.provision [--flavour zk|kraft|all]`` on the command
   line).
@@ -23,33 +30,68 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from aiozkconsumer.testing.chaos import (
+        ChaosConfig,
+        ChaosReport,
+        Fault,
+        FaultKind,
+        FaultOutcome,
+        FaultScheduler,
+        run_chaos,
+    )
     from aiozkconsumer.testing.cluster import (
         ClusterStartError,
         ClusterState,
         LocalCluster,
         LocalClusterError,
         ProduceError,
+        ProxyLink,
     )
     from aiozkconsumer.testing.provision import ProvisioningError, provision_kafka
+    from aiozkconsumer.testing.proxy import FaultMode, ProxyError, ProxyStatistics, TcpProxy
 
 __all__ = [
+    "ChaosConfig",
+    "ChaosReport",
     "ClusterStartError",
     "ClusterState",
+    "Fault",
+    "FaultKind",
+    "FaultMode",
+    "FaultOutcome",
+    "FaultScheduler",
     "LocalCluster",
     "LocalClusterError",
     "ProduceError",
     "ProvisioningError",
+    "ProxyError",
+    "ProxyLink",
+    "ProxyStatistics",
+    "TcpProxy",
     "provision_kafka",
+    "run_chaos",
 ]
 
 _WHERE = {
+    "ChaosConfig": "chaos",
+    "ChaosReport": "chaos",
     "ClusterStartError": "cluster",
     "ClusterState": "cluster",
+    "Fault": "chaos",
+    "FaultKind": "chaos",
+    "FaultMode": "proxy",
+    "FaultOutcome": "chaos",
+    "FaultScheduler": "chaos",
     "LocalCluster": "cluster",
     "LocalClusterError": "cluster",
     "ProduceError": "cluster",
     "ProvisioningError": "provision",
+    "ProxyError": "proxy",
+    "ProxyLink": "cluster",
+    "ProxyStatistics": "proxy",
+    "TcpProxy": "proxy",
     "provision_kafka": "provision",
+    "run_chaos": "chaos",
 }
 
 

@@ -25,6 +25,18 @@ be used from each test's own loop. Nothing the instance keeps is bound to a loop
 
 Server logs go to ``<work_dir>/logs/<name>.log`` (log4j output and the JVM's own stdout/
 stderr, both appended); :meth:`LocalCluster.log_tail` returns their tails for failure reports.
+
+Proxied links (``proxy_links=n``): consumers may reach ZooKeeper and every broker through
+fault-injecting :class:`~aiozkconsumer.testing.proxy.TcpProxy` instances, one set per
+*link* (:class:`ProxyLink`), so that one consumer's links can be cut while the others' carry.
+Brokers then have a direct ``INTERNAL`` listener (inter-broker and controller traffic, and
+everything the cluster itself does: :attr:`LocalCluster.bootstrap_servers`, produce, topic
+creation, readiness), a ``PLAINTEXT`` listener advertised at link 0's proxy (what a client
+that finds brokers in ZooKeeper's ``/brokers/ids`` connects to), and a ``LINK<k>`` listener
+per further link, advertised at link ``k``'s proxy (a client bootstrapped from
+:attr:`ProxyLink.bootstrap_servers` is told the addresses of its own link's proxies). The
+proxies run in an event loop of their own, in a daemon thread, so that they keep forwarding
+whatever the caller's loop does, and can be driven from any loop.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
+import concurrent.futures
 import contextlib
 import ctypes
 import ctypes.util
@@ -59,7 +72,7 @@ from collections.abc import (
 )
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import errors as kafka_errors
@@ -81,13 +94,22 @@ from aiozkconsumer.errors import (
     ZookeeperSessionExpiredError,
 )
 from aiozkconsumer.testing.provision import FLAVOURS, provision_kafka, require_tools
+from aiozkconsumer.testing.proxy import (
+    Direction,
+    FaultMode,
+    ProxyError,
+    ProxyStatistics,
+    TcpProxy,
+)
 
 __all__ = [
     "ClusterStartError",
     "ClusterState",
+    "LinkTarget",
     "LocalCluster",
     "LocalClusterError",
     "ProduceError",
+    "ProxyLink",
 ]
 
 log = logging.getLogger(__name__)
@@ -600,6 +622,252 @@ async def _all_or_cancel(coros: Iterable[Coroutine[Any, Any, None]]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Proxied links: fault-injecting proxies between clients and the servers.
+
+_T = TypeVar("_T")
+
+LinkTarget = Literal["zookeeper", "brokers", "all"]
+"""Which proxies of a :class:`ProxyLink` a fault applies to: the ZooKeeper one, the brokers'
+ones, or all of them."""
+
+_INTERNAL_LISTENER = "INTERNAL"
+_PROXY_START_S = 10.0
+
+
+def _link_listener(index: int) -> str:
+    """The broker listener a link's proxies forward to: ``PLAINTEXT`` for link 0, then
+    ``LINK1``, ``LINK2``, ..."""
+    return "PLAINTEXT" if index == 0 else f"LINK{index}"
+
+
+class _ProxyHost:
+    """An event loop in a daemon thread that runs the proxies of a :class:`LocalCluster`.
+
+    The proxies must keep forwarding while the caller's loop is busy (producing, checking a
+    history) and whichever loop the caller runs in; coroutines are handed over with
+    :func:`asyncio.run_coroutine_threadsafe`.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(
+            target=self._main, args=(loop,), name="aiozkconsumer-proxies", daemon=True
+        )
+        self._loop, self._thread = loop, thread
+        thread.start()
+
+    @staticmethod
+    def _main(loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+        finally:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+        """Schedule ``coro`` in the proxies' loop.
+
+        Raises:
+            ProxyError: if the loop is not running.
+        """
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._thread is None:
+            coro.close()
+            raise ProxyError("the proxies of this cluster are not running")
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    async def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coro`` in the proxies' loop and wait for its result from the caller's loop."""
+        return await asyncio.wrap_future(self.submit(coro))
+
+    def run_sync(self, coro: Coroutine[Any, Any, _T], timeout_s: float) -> _T:
+        """Run ``coro`` in the proxies' loop and block until it is done (at most ``timeout_s``)."""
+        return self.submit(coro).result(timeout_s)
+
+    def stop(self) -> None:
+        """Stop the loop and join the thread (idempotent)."""
+        loop, thread = self._loop, self._thread
+        self._thread = None
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(_CLOSE_TIMEOUT_S)
+
+
+async def _apply_mode(
+    proxy: TcpProxy, mode: FaultMode, direction: Direction, delay_s: float
+) -> None:
+    if mode is FaultMode.BLACKHOLE:
+        proxy.blackhole(direction)
+    elif mode is FaultMode.DELAY:
+        proxy.delay(delay_s, direction)
+    elif mode is FaultMode.RESET:
+        await proxy.reset()
+    elif mode is FaultMode.REFUSE:
+        await proxy.refuse()
+    else:
+        proxy.pass_through(direction)
+
+
+class ProxyLink:
+    """One client's way to the cluster: a proxy to ZooKeeper and one to each broker.
+
+    Built by :class:`LocalCluster` (``proxy_links=n``), never directly. Give a client
+    :attr:`zookeeper_connect` and :attr:`bootstrap_servers`: every byte it exchanges with the
+    servers then crosses this link, and :meth:`cut` / :meth:`heal` cut and restore it without
+    touching the other links. The proxies keep their ports for the cluster's lifetime (across
+    server restarts). The methods may be awaited from any event loop.
+
+    Attributes:
+        index: the link's number, ``0 .. proxy_links - 1``.
+    """
+
+    def __init__(
+        self, index: int, host: _ProxyHost, zookeeper: TcpProxy, brokers: Mapping[int, TcpProxy]
+    ) -> None:
+        self.index = index
+        self._host = host
+        self._zookeeper = zookeeper
+        self._brokers = dict(brokers)
+
+    def __repr__(self) -> str:
+        modes = {name: _describe_stats(st) for name, st in self.statistics().items()}
+        text = ", ".join(f"{name}={mode}" for name, mode in modes.items())
+        return f"<ProxyLink {self.index} [{text}]>"
+
+    @property
+    def listener_name(self) -> str:
+        """The broker listener behind this link (``PLAINTEXT`` for link 0, else ``LINK<k>``)."""
+        return _link_listener(self.index)
+
+    @property
+    def zookeeper_connect(self) -> str:
+        """``"127.0.0.1:<port>"`` of the link's ZooKeeper proxy (a ``zookeeper.connect``)."""
+        return self._zookeeper.address
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The link's broker proxies, ``"127.0.0.1:<port>,..."`` in broker id order.
+
+        A Kafka client bootstrapped from these is told, in metadata, the addresses of this
+        link's proxies: all its broker traffic crosses the link.
+        """
+        return ",".join(self._brokers[b].address for b in sorted(self._brokers))
+
+    def broker_address(self, broker_id: int) -> str:
+        """``"127.0.0.1:<port>"`` of the link's proxy to one broker.
+
+        Raises:
+            KeyError: if there is no such broker.
+        """
+        return self._brokers[broker_id].address
+
+    def _proxies(self, target: LinkTarget) -> list[TcpProxy]:
+        if target == "zookeeper":
+            return [self._zookeeper]
+        if target == "brokers":
+            return list(self._brokers.values())
+        if target == "all":
+            return [self._zookeeper, *self._brokers.values()]
+        raise ValueError(f"target must be 'zookeeper', 'brokers' or 'all', got {target!r}")
+
+    async def cut(
+        self,
+        target: LinkTarget = "all",
+        mode: FaultMode | str = FaultMode.BLACKHOLE,
+        direction: Direction = "both",
+        *,
+        delay_s: float = 1.0,
+    ) -> None:
+        """Put a fault on the link (see :class:`~aiozkconsumer.testing.proxy.TcpProxy`).
+
+        Args:
+            target: ``"zookeeper"``, ``"brokers"`` or ``"all"`` (default).
+            mode: ``blackhole`` (default: bytes dropped, connections stay open), ``delay``
+                (``delay_s`` of latency), ``reset`` (every connection reset, new ones too) or
+                ``refuse`` (connects refused); ``pass_through`` heals.
+            direction: ``"up"`` (client to server), ``"down"`` or ``"both"`` (default);
+                ``reset`` and ``refuse`` always cover both.
+            delay_s: the latency for ``delay``, seconds.
+
+        Raises:
+            ValueError: if ``target``, ``mode``, ``direction`` or ``delay_s`` is invalid.
+            ProxyError: if the cluster's proxies are not running.
+        """
+        fault = FaultMode(mode)
+        if fault is FaultMode.DELAY and (not delay_s >= 0 or delay_s == float("inf")):
+            raise ValueError(f"delay_s must be a finite number >= 0, got {delay_s!r}")
+        proxies = self._proxies(target)
+
+        async def apply() -> None:
+            for proxy in proxies:
+                await _apply_mode(proxy, fault, direction, delay_s)
+
+        await self._host.run(apply())
+        log.info("link %d: %s %s (%s)", self.index, target, fault.value, direction)
+
+    async def heal(self, target: LinkTarget = "all") -> None:
+        """Let bytes pass through again (both directions) and accept connections again.
+
+        Args:
+            target: ``"zookeeper"``, ``"brokers"`` or ``"all"`` (default).
+
+        Raises:
+            ValueError: if ``target`` is invalid.
+            ProxyError: if the cluster's proxies are not running.
+        """
+        proxies = self._proxies(target)
+
+        async def apply() -> None:
+            for proxy in proxies:
+                proxy.pass_through("both")
+
+        await self._host.run(apply())
+        log.info("link %d: %s healed", self.index, target)
+
+    def statistics(self) -> dict[str, ProxyStatistics]:
+        """Snapshots of the link's proxies: ``{"zookeeper": ..., "broker-<id>": ...}``.
+
+        Read from the caller's thread (the proxies' counters are plain attributes), so the
+        snapshots are only as consistent as the moment allows.
+        """
+        stats = {"zookeeper": self._zookeeper.statistics()}
+        for broker_id in sorted(self._brokers):
+            stats[f"broker-{broker_id}"] = self._brokers[broker_id].statistics()
+        return stats
+
+    def healed(self) -> bool:
+        """Whether every proxy of the link passes bytes through both ways and listens."""
+        return all(
+            s.mode_up is FaultMode.PASS_THROUGH and s.mode_down is FaultMode.PASS_THROUGH
+            for s in self.statistics().values()
+        )
+
+    def all_proxies(self) -> list[TcpProxy]:
+        """Every proxy of the link (for the cluster's start and stop)."""
+        return [self._zookeeper, *self._brokers.values()]
+
+
+def _describe_stats(stats: ProxyStatistics) -> str:
+    def one(mode: FaultMode, delay: float) -> str:
+        return f"delay {delay:g}s" if mode is FaultMode.DELAY else mode.value
+
+    up, down = one(stats.mode_up, stats.delay_up_s), one(stats.mode_down, stats.delay_down_s)
+    return up if up == down else f"up {up}/down {down}"
+
+
+# --------------------------------------------------------------------------------------------
 
 
 class LocalCluster:
@@ -644,10 +912,15 @@ class LocalCluster:
             at start, a restarted server); provisioning the jars is not counted.
         flavour: ``"zookeeper"`` (default; Kafka 3.9.1 brokers in ZooKeeper mode) or
             ``"kraft"`` (Kafka 4.3.1 brokers in KRaft mode, not using ZooKeeper).
+        proxy_links: number of proxied links for clients (default 0: none); see
+            :attr:`links` and the module docstring. With links, the brokers advertise link
+            0's proxies as their ``PLAINTEXT`` listener, while :attr:`bootstrap_servers`, the
+            inter-broker traffic and the cluster's own tools go to a direct ``INTERNAL``
+            listener. Listener settings in ``broker_properties`` would undo this.
 
     Raises:
-        ValueError: if ``brokers < 1``, ``zk_tick_time_ms < 1``, ``startup_timeout_s <= 0``
-            or ``flavour`` is not ``"zookeeper"`` or ``"kraft"``.
+        ValueError: if ``brokers < 1``, ``zk_tick_time_ms < 1``, ``startup_timeout_s <= 0``,
+            ``proxy_links < 0`` or ``flavour`` is not ``"zookeeper"`` or ``"kraft"``.
     """
 
     def __init__(
@@ -661,6 +934,7 @@ class LocalCluster:
         keep_work_dir: bool = False,
         startup_timeout_s: float = 90,
         flavour: str = "zookeeper",
+        proxy_links: int = 0,
     ) -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
@@ -670,6 +944,8 @@ class LocalCluster:
             raise ValueError(f"zk_tick_time_ms must be positive, got {zk_tick_time_ms}")
         if startup_timeout_s <= 0:
             raise ValueError(f"startup_timeout_s must be positive, got {startup_timeout_s}")
+        if proxy_links < 0:
+            raise ValueError(f"proxy_links must be >= 0, got {proxy_links}")
         self._broker_count = brokers
         self._cache_dir = cache_dir
         self._given_work_dir = Path(work_dir) if work_dir is not None else None
@@ -686,6 +962,11 @@ class LocalCluster:
         self._flavour = flavour
         # KRaft only: the storage format command per broker, run before the first start.
         self._format_cmds: dict[int, list[str]] = {}
+        self._link_count = proxy_links
+        self._links: list[ProxyLink] = []
+        self._proxy_host: _ProxyHost | None = None
+        # Per broker: the real port of each link's listener (index = link).
+        self._link_listener_ports: dict[int, list[int]] = {}
 
     # ---- description -----------------------------------------------------------------
 
@@ -695,6 +976,8 @@ class LocalCluster:
             parts.append(f"zookeeper={self._zookeeper.address} ({self._zookeeper.status()})")
         for broker_id, server in self._brokers.items():
             parts.append(f"broker {broker_id}={server.address} ({server.status()})")
+        if self._link_count:
+            parts.append(f"{self._link_count} proxied links")
         if self._failed:
             parts.append("failed")
         if self._work_dir is not None:
@@ -741,12 +1024,49 @@ class LocalCluster:
     def bootstrap_servers(self) -> str:
         """Kafka bootstrap servers, ``"127.0.0.1:<port>,..."`` in broker id order.
 
+        Always the direct path: with proxied links, these are the brokers' ``INTERNAL``
+        listeners, which advertise themselves, so a client bootstrapped here (a producer
+        feeding a fault test, say) never crosses a proxy.
+
         Raises:
             LocalClusterError: if the cluster was never started.
         """
         if not self._brokers:
             raise LocalClusterError("the cluster was not started")
         return ",".join(server.address for server in self._brokers.values())
+
+    @property
+    def links(self) -> tuple[ProxyLink, ...]:
+        """The proxied links (``proxy_links`` of them; empty without), by index.
+
+        Each carries one client's (or a group of clients') traffic to ZooKeeper
+        (:attr:`ProxyLink.zookeeper_connect`) and to the brokers
+        (:attr:`ProxyLink.bootstrap_servers`), and can be cut and healed on its own.
+
+        Raises:
+            LocalClusterError: if links were asked for and the cluster is not started.
+        """
+        if self._link_count and not self._links:
+            raise LocalClusterError("the cluster's proxied links exist once it is started")
+        return tuple(self._links)
+
+    def link(self, index: int) -> ProxyLink:
+        """One proxied link (see :attr:`links`).
+
+        Raises:
+            IndexError: if there is no such link.
+            LocalClusterError: if the cluster is not started.
+        """
+        return self.links[index]
+
+    async def heal_links(self) -> None:
+        """Heal every proxied link (all proxies pass bytes through and accept connections).
+
+        Raises:
+            ProxyError: if the proxies are not running.
+        """
+        for link in self._links:
+            await link.heal("all")
 
     @property
     def broker_ids(self) -> list[int]:
@@ -861,6 +1181,7 @@ class LocalCluster:
             java = require_tools(("java",))["java"]
             began = time.monotonic()
             self._configure(java, zk_home / "libs", broker_home / "libs")
+            await self._start_proxies()
             self._zk().spawn()
             if self.kraft:
                 await _all_or_cancel([self._wait_zookeeper(), self._start_kraft_brokers()])
@@ -872,6 +1193,7 @@ class LocalCluster:
         except BaseException:
             self._failed = True
             self._kill_all()
+            self._stop_proxies()
             self._state = ClusterState.STOPPED
             raise
         self._start_seconds = time.monotonic() - began
@@ -890,6 +1212,7 @@ class LocalCluster:
         """
         if self._state is ClusterState.STOPPED:
             self._kill_all()
+            self._stop_proxies()
             return
         self._state = ClusterState.STOPPING
         try:
@@ -905,6 +1228,7 @@ class LocalCluster:
                 await self._terminate([self._zookeeper])
         finally:
             self._kill_all()
+            self._stop_proxies()
             self._state = ClusterState.STOPPED
             self._remove_work_dir()
 
@@ -1280,10 +1604,15 @@ class LocalCluster:
         self._work_dir = work = work.resolve()
         logs = work / "logs"
         logs.mkdir(exist_ok=True)
-        # KRaft needs one more port: the controller listener of broker 0.
-        ports = _free_ports(1 + self._broker_count + (1 if self.kraft else 0))
+        # KRaft needs one more port: the controller listener of broker 0. Proxied links need,
+        # per link, a listener on each broker and a proxy to ZooKeeper and to each broker.
+        base = 1 + self._broker_count + (1 if self.kraft else 0)
+        per_link = 1 + 2 * self._broker_count
+        ports = _free_ports(base + self._link_count * per_link)
         zk_port = ports[0]
         broker_ports = ports[1 : 1 + self._broker_count]
+        controller_port = ports[base - 1]
+        self._configure_links(zk_port, ports[base:])
 
         zk_dir = work / "zookeeper"
         (zk_dir / "data").mkdir(parents=True, exist_ok=True)
@@ -1324,7 +1653,7 @@ class LocalCluster:
         )
 
         if self.kraft:
-            self._configure_kraft_brokers(java, broker_libs, broker_ports, ports[-1])
+            self._configure_kraft_brokers(java, broker_libs, broker_ports, controller_port)
             return
 
         for broker_id, port in zip(self.broker_ids, broker_ports, strict=True):
@@ -1333,11 +1662,9 @@ class LocalCluster:
             (broker_dir / "data").mkdir(parents=True, exist_ok=True)
             broker_log = logs / f"{name}.log"
             (broker_dir / "log4j.properties").write_text(_log4j_properties(broker_log))
-            listener = f"PLAINTEXT://{_HOST}:{port}"
             props: dict[str, object] = {
                 "broker.id": broker_id,
-                "listeners": listener,
-                "advertised.listeners": listener,
+                **self._listener_properties(broker_id, port),
                 "zookeeper.connect": f"{_HOST}:{zk_port}",
                 "zookeeper.session.timeout.ms": _BROKER_ZK_SESSION_TIMEOUT_MS,
                 "log.dirs": broker_dir / "data",
@@ -1363,6 +1690,99 @@ class LocalCluster:
                 ],
                 broker_log,
             )
+
+    def _configure_links(self, zk_port: int, ports: Sequence[int]) -> None:
+        """Build the proxied links (not started) from ``ports``: per link, the real port of
+        its listener on each broker, then its ZooKeeper proxy, then a proxy per broker."""
+        brokers = self.broker_ids
+        self._link_listener_ports = {b: [] for b in brokers}
+        self._links = []
+        if not self._link_count:
+            return
+        self._proxy_host = host = _ProxyHost()
+        it = iter(ports)
+        for index in range(self._link_count):
+            real = {b: next(it) for b in brokers}
+            for b in brokers:
+                self._link_listener_ports[b].append(real[b])
+            zookeeper = TcpProxy(_HOST, zk_port, listen_host=_HOST, listen_port=next(it))
+            proxies = {
+                b: TcpProxy(_HOST, real[b], listen_host=_HOST, listen_port=next(it))
+                for b in brokers
+            }
+            self._links.append(ProxyLink(index, host, zookeeper, proxies))
+
+    def _listener_properties(self, broker_id: int, port: int) -> dict[str, str]:
+        """``listeners``, ``advertised.listeners``, the protocol map and the inter-broker
+        listener of one broker.
+
+        Without links: one ``PLAINTEXT`` listener on ``port``. With links: ``INTERNAL`` on
+        ``port`` (direct, advertised as is, inter-broker), and per link a listener advertised
+        at the link's proxy, ``PLAINTEXT`` (link 0) first, so that it is the endpoint clients
+        reading ``/brokers/ids`` pick (the first PLAINTEXT one).
+        """
+        if not self._links:
+            listener = f"PLAINTEXT://{_HOST}:{port}"
+            return {
+                "listeners": listener,
+                "advertised.listeners": listener,
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT",
+                "inter.broker.listener.name": "PLAINTEXT",
+            }
+        internal = f"{_INTERNAL_LISTENER}://{_HOST}:{port}"
+        names = [_link_listener(link.index) for link in self._links]
+        real = self._link_listener_ports[broker_id]
+        advertised = [
+            f"{name}://{link.broker_address(broker_id)}"
+            for name, link in zip(names, self._links, strict=True)
+        ]
+        listening = [f"{name}://{_HOST}:{p}" for name, p in zip(names, real, strict=True)]
+        protocols = [f"{name}:PLAINTEXT" for name in [_INTERNAL_LISTENER, *names]]
+        return {
+            "listeners": ",".join([internal, *listening]),
+            "advertised.listeners": ",".join([*advertised, internal]),
+            "listener.security.protocol.map": ",".join(protocols),
+            "inter.broker.listener.name": _INTERNAL_LISTENER,
+        }
+
+    async def _start_proxies(self) -> None:
+        """Start the proxies' thread and every link's proxies (before the servers: a proxy
+        resolves its upstream at each connection)."""
+        host = self._proxy_host
+        if host is None:
+            return
+        host.start()
+        proxies = [proxy for link in self._links for proxy in link.all_proxies()]
+
+        async def start_all() -> None:
+            for proxy in proxies:
+                await proxy.start()
+
+        try:
+            await asyncio.wait_for(host.run(start_all()), _PROXY_START_S)
+        except (ProxyError, TimeoutError) as exc:
+            raise ClusterStartError(
+                "proxies", f"a proxy did not start: {exc}", "", self._work_dir
+            ) from exc
+
+    def _stop_proxies(self) -> None:
+        """Close every proxy and stop their thread (idempotent; never raises)."""
+        host, self._proxy_host = self._proxy_host, None
+        if host is None:
+            return
+        proxies = [proxy for link in self._links for proxy in link.all_proxies()]
+
+        async def close_all() -> None:
+            for proxy in proxies:
+                with contextlib.suppress(Exception):
+                    await proxy.close()
+
+        try:
+            host.run_sync(close_all(), _CLOSE_TIMEOUT_S * 2)
+        except Exception as exc:  # the thread goes anyway (a daemon)
+            log.warning("closing the proxies failed: %r", exc)
+        finally:
+            host.stop()
 
     def _configure_kraft_brokers(
         self, java: str, libs: Path, broker_ports: Sequence[int], controller_port: int
@@ -1390,19 +1810,23 @@ class LocalCluster:
             log_config = broker_dir / "log4j2.properties"
             log_config.write_text(_log4j2_properties(broker_log))
             is_controller = broker_id == _KRAFT_CONTROLLER_ID
-            listeners = f"PLAINTEXT://{_HOST}:{port}"
+            listener_props = self._listener_properties(broker_id, port)
+            if not self._links:
+                del listener_props["advertised.listeners"]
             if is_controller:
-                listeners += f",CONTROLLER://{controller}"
+                listener_props["listeners"] += f",CONTROLLER://{controller}"
+            listener_props["listener.security.protocol.map"] = (
+                f"CONTROLLER:PLAINTEXT,{listener_props['listener.security.protocol.map']}"
+            )
             props: dict[str, object] = {
                 "process.roles": "broker,controller" if is_controller else "broker",
                 "node.id": broker_id,
                 "controller.quorum.bootstrap.servers": controller,
                 "controller.listener.names": "CONTROLLER",
-                # advertised.listeners is left to default to listeners: concrete loopback
-                # addresses, the controller's CONTROLLER one included (KIP-853).
-                "listeners": listeners,
-                "inter.broker.listener.name": "PLAINTEXT",
-                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                # Without proxied links advertised.listeners is left to default to listeners:
+                # concrete loopback addresses, the controller's CONTROLLER one included
+                # (KIP-853); with links, the controller listener is still taken from there.
+                **listener_props,
                 "broker.session.timeout.ms": _KRAFT_BROKER_SESSION_TIMEOUT_MS,
                 "broker.heartbeat.interval.ms": _KRAFT_BROKER_HEARTBEAT_INTERVAL_MS,
                 "log.dirs": broker_dir / "data",

@@ -1,0 +1,260 @@
+"""Chaos: the group under a fault every ~2 s, checked Jepsen-style; and a short ZooKeeper cut.
+
+Both tests run on a cluster of their own with a proxied link per consumer
+(``LocalCluster(proxy_links=4)``), since the chaos run restarts ZooKeeper and the broker.
+
+The chaos run's seed is fixed (``DEFAULT_SEED``) and can be overridden with the environment
+variable ``AIOZKCONSUMER_CHAOS_SEED`` to reproduce a failure (the failure message names the
+seed; the schedule is in the captured log and in ``<events dir>/schedule.txt``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from _support import Seen, drain
+
+from aiozkconsumer import ConnectorState, ConsumerConfig, ZookeeperConsumerConnector
+from aiozkconsumer.subscription import ConsumerThreadId
+from aiozkconsumer.testing import ChaosReport, FaultKind, LocalCluster, ProxyLink, run_chaos
+from aiozkconsumer.testing.chaos import FaultScheduler
+
+SEED_ENV = "AIOZKCONSUMER_CHAOS_SEED"
+DEFAULT_SEED = 20251121
+CONSUMERS = 4
+PARTITIONS = 12
+RECORDS = 200_000
+FAULT_PHASE_S = 300.0
+"""The fault phase of the CI run: about 150 faults; setup, heal, finish and check add 1-3
+minutes on a two-core machine: the whole test takes 6 to 8 minutes (bounded at 15)."""
+SESSION_TIMEOUT_MS = 6000
+ZK_TICK_MS = 1000
+
+
+@pytest.fixture(scope="module")
+def chaos_cluster() -> Iterator[LocalCluster]:
+    """ZooKeeper + one Kafka 3.9 broker, with a proxied link per consumer.
+
+    ZooKeeper's tick is 1 s (sessions of 2 to 20 s): the server expires a session at the first
+    tick boundary a session timeout after it last heard from the client, as a production
+    ZooKeeper (tick 2 s) does, rather than within half a second of it.
+    """
+    cluster = LocalCluster(proxy_links=CONSUMERS, zk_tick_time_ms=ZK_TICK_MS)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(cluster.start())
+        yield cluster
+    finally:
+        loop.run_until_complete(cluster.stop())
+        loop.close()
+
+
+def _seed() -> int:
+    raw = os.environ.get(SEED_ENV, "").strip()
+    return int(raw) if raw else DEFAULT_SEED
+
+
+def test_schedule_is_a_function_of_the_seed() -> None:
+    def plan(seed: int) -> list[str]:
+        scheduler = FaultScheduler(
+            seed, consumers=CONSUMERS, brokers=[0], session_timeout_ms=SESSION_TIMEOUT_MS
+        )
+        return [str(f) for f in scheduler.plan(FAULT_PHASE_S)]
+
+    first = plan(_seed())
+    assert first == plan(_seed())
+    assert first != plan(_seed() + 1)
+    assert FAULT_PHASE_S / 3 <= len(first) <= FAULT_PHASE_S / 1.5  # one every ~2 s
+    kinds = {line.split(" ", 2)[2].split(" ")[0] for line in first}
+    assert {"kill", "pause", "expire", "restart", "cut"} <= kinds
+
+
+def test_schedule_never_expires_a_session_its_owner_cannot_hear() -> None:
+    """No expiry of a member that is paused or whose ZooKeeper link is cut (see
+    ``Fault.resources``), and no two faults on one thing at once."""
+    faults = FaultScheduler(
+        _seed(), consumers=CONSUMERS, brokers=[0], session_timeout_ms=SESSION_TIMEOUT_MS
+    ).plan(1800)
+    expiries = [f for f in faults if f.kind is FaultKind.EXPIRE]
+    assert expiries
+    for e in expiries:
+        for f in faults:
+            if f.kind not in (FaultKind.PAUSE, FaultKind.ZOOKEEPER_LINK):
+                continue
+            if f.member is not None and f.member != e.member:
+                continue
+            assert not f.at_s <= e.at_s <= f.at_s + f.duration_s, (str(e), str(f))
+    for a, b in zip(faults, faults[1:], strict=False):
+        assert a.at_s < b.at_s
+        if a.resources(CONSUMERS) & b.resources(CONSUMERS):
+            assert a.at_s + a.duration_s <= b.at_s, (str(a), str(b))
+
+
+# -- a ZooKeeper cut shorter than the session timeout ----------------------------------------
+
+
+class _Listener:
+    """Records every rebalance listener call of one connector."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def before_releasing_partitions(self, partition_ownership: dict[str, set[int]]) -> None:
+        self.calls.append(f"revoked {partition_ownership}")
+
+    async def before_starting_fetchers(
+        self, consumer_id: str, global_partition_assignment: dict[str, dict[int, ConsumerThreadId]]
+    ) -> None:
+        self.calls.append("assigned")
+
+
+def _config(link: ProxyLink, group: str) -> ConsumerConfig:
+    return ConsumerConfig(
+        group_id=group,
+        zookeeper_connect=link.zookeeper_connect,
+        bootstrap_servers=link.bootstrap_servers,
+        cluster_metadata_source="zookeeper",
+        zookeeper_session_timeout_ms=SESSION_TIMEOUT_MS,
+        auto_offset_reset="smallest",
+        auto_commit_interval_ms=200,
+        rebalance_backoff_ms=500,
+    )
+
+
+async def _follow(c: ZookeeperConsumerConnector, trace: list[ConnectorState]) -> None:
+    while True:
+        trace.append(await c.wait_for_state_change())
+
+
+@pytest.mark.integration
+@pytest.mark.chaos
+async def test_zookeeper_cut_shorter_than_the_session_timeout_causes_no_rebalance(
+    chaos_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    """Blackhole one member's ZooKeeper link for half a session timeout: it goes SUSPENDED
+    (records held back) and comes back with the same session; nobody rebalances."""
+    cluster = chaos_cluster
+    await cluster.create_topic(unique_topic, 4)
+    await cluster.produce_to_partitions(
+        unique_topic, {p: [(b"k", b"v%d" % i) for i in range(50)] for p in range(4)}
+    )
+    seen = Seen()
+    link_a, link_b = cluster.link(0), cluster.link(1)
+    a = ZookeeperConsumerConnector(_config(link_a, unique_group_id))
+    b = ZookeeperConsumerConnector(_config(link_b, unique_group_id))
+    heard_a, heard_b = _Listener(), _Listener()
+    a.set_consumer_rebalance_listener(heard_a)
+    b.set_consumer_rebalance_listener(heard_b)
+    trace: list[ConnectorState] = []
+    async with a, b, anyio.create_task_group() as tg:
+        streams_a = await a.create_message_streams({unique_topic: 1})
+        streams_b = await b.create_message_streams({unique_topic: 1})
+        tg.start_soon(drain, streams_a[unique_topic][0], 0, seen)
+        tg.start_soon(drain, streams_b[unique_topic][0], 1, seen)
+        with anyio.fail_after(60):
+            while not (
+                a.state is b.state is ConnectorState.RUNNING
+                and len(a.statistics().owned_partitions) == 2
+                and len(b.statistics().owned_partitions) == 2
+            ):
+                with anyio.move_on_after(0.1):
+                    await a.wait_for_state_change()
+        await seen.wait_until(lambda: len(set(seen.pairs)) == 200)
+        before = (
+            a.zk.session_id,
+            b.zk.session_id,
+            a.statistics().owned_partitions,
+            b.statistics().owned_partitions,
+            len(a.statistics().rebalances),
+            len(b.statistics().rebalances),
+        )
+        calls = (len(heard_a.calls), len(heard_b.calls))
+        tg.start_soon(_follow, a, trace)
+
+        cut_s = SESSION_TIMEOUT_MS / 1000 / 2
+        await link_a.cut("zookeeper", "blackhole")
+        try:
+            await anyio.sleep(cut_s)
+        finally:
+            await link_a.heal("zookeeper")
+        # aiozk notices a silent link only when its ping times out (two thirds of a session
+        # timeout after sending it); then it reconnects, to the same session.
+        with anyio.fail_after(3 * SESSION_TIMEOUT_MS / 1000):
+            while ConnectorState.SUSPENDED not in trace or a.state is not ConnectorState.RUNNING:
+                await a.wait_for_state_change()
+        after = (
+            a.zk.session_id,
+            b.zk.session_id,
+            a.statistics().owned_partitions,
+            b.statistics().owned_partitions,
+            len(a.statistics().rebalances),
+            len(b.statistics().rebalances),
+        )
+        assert after == before, f"states of a: {trace}"
+        assert (len(heard_a.calls), len(heard_b.calls)) == calls, (heard_a.calls, heard_b.calls)
+        assert b.state is ConnectorState.RUNNING
+        # The members really talk through their links (the brokers advertise the proxies).
+        for link in (link_a, link_b):
+            stats = link.statistics()
+            assert stats["zookeeper"].bytes_down > 0
+            assert stats["broker-0"].bytes_down > 0
+        # Both keep consuming.
+        await cluster.produce_to_partitions(unique_topic, {p: [(b"k", b"after")] for p in range(4)})
+        await seen.wait_until(lambda: len(set(seen.pairs)) == 204)
+        tg.cancel_scope.cancel()
+
+
+# -- the chaos run ---------------------------------------------------------------------------
+
+
+def _failure(report: ChaosReport) -> str:
+    lines = [
+        f"chaos run with seed {report.seed} failed; reproduce with "
+        f"{SEED_ENV}={report.seed} .venv/bin/pytest tests/test_chaos.py -k chaos_run",
+        report.summary(),
+    ]
+    lines += [f"  {a}" for a in report.result.anomalies[20:60]]
+    return "\n".join(lines)
+
+
+@pytest.mark.integration
+@pytest.mark.chaos
+@pytest.mark.timeout(900)
+async def test_chaos_run_leaves_a_clean_history(
+    chaos_cluster: LocalCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """4 consumer processes, 12 partitions, 200,000 records, a fault every ~2 s of every kind;
+    then heal, let the group finish, and check: nothing lost, no overlapping ownership, no
+    duplicate outside the at-least-once window, monotonic commits, every partition owned
+    again after the heal."""
+    caplog.set_level(logging.INFO, logger="aiozkconsumer.testing.chaos")
+    seed = _seed()
+    began = time.monotonic()
+    report = await run_chaos(
+        chaos_cluster,
+        consumers=CONSUMERS,
+        partitions=PARTITIONS,
+        records=RECORDS,
+        duration_s=FAULT_PHASE_S,
+        seed=seed,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        events_dir=tmp_path / "chaos",
+    )
+    logging.getLogger(__name__).info(
+        "chaos run took %.0f s:\n%s", time.monotonic() - began, report.summary()
+    )
+    injected = report.faults
+    assert all(injected[k.value] > 0 for k in FaultKind), _failure(report)
+    assert report.records == RECORDS, _failure(report)
+    assert report.result.ok, _failure(report)
+    assert report.finished and not report.harness_problems, _failure(report)
+    assert not report.unexpected_exits, _failure(report)
+    assert report.result.lost == 0
+    assert report.result.distinct_delivered == RECORDS
