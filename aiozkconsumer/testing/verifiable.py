@@ -97,7 +97,12 @@ from aiokafka import errors as kafka_errors
 
 from aiozkconsumer.config import ConsumerConfig
 from aiozkconsumer.connector import ConnectorState, ZookeeperConsumerConnector
-from aiozkconsumer.errors import BrokerNotAvailableError, ConsumerError, ConsumerTimeoutError
+from aiozkconsumer.errors import (
+    BrokerNotAvailableError,
+    ConsumerError,
+    ConsumerTimeoutError,
+    ZookeeperConnectionError,
+)
 from aiozkconsumer.records import MessageAndMetadata, TopicPartition
 from aiozkconsumer.stream import KafkaStream
 from aiozkconsumer.subscription import ConsumerThreadId
@@ -295,6 +300,10 @@ def _entries(
             for tp, offset in sorted(tps.items())
         ]
     return [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(tps)]
+
+
+START_ATTEMPTS = 4
+"""How often the verifiable consumer tries to open its ZooKeeper session at start."""
 
 
 def _text(value: Any) -> str | None:
@@ -536,6 +545,23 @@ class VerifiableConsumer:
                 **({"handed_out_by": handed_out_by} if handed_out_by is not None else {}),
             )
 
+    async def _start_connector(self, c: ZookeeperConsumerConnector) -> None:
+        """Open the connector's session, trying again while ZooKeeper is unreachable.
+
+        What a process supervisor would do for a consumer started during a network cut:
+        each try is bounded by ``zookeeper.connection.timeout.ms``; after
+        ``START_ATTEMPTS`` the error is raised (and the process exits with status 1).
+        """
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                await c.start()
+                return
+            except ZookeeperConnectionError as e:
+                if attempt == START_ATTEMPTS or self._stop.is_set():
+                    raise
+                log.warning("start attempt %d failed: %s; trying again", attempt, e)
+                self._emit("error", error=f"start attempt {attempt}: {e}")
+
     async def _consume(self, stream: KafkaStream) -> None:
         delay = self.options.processing_delay_ms / 1000
         while True:
@@ -586,7 +612,8 @@ class VerifiableConsumer:
         async with anyio.create_task_group() as outer:
             if handle_signals:
                 outer.start_soon(self._watch_signals)
-            async with c:
+            await self._start_connector(c)
+            async with _entered(c):
                 self._session = c.zk.session_id
                 self._last_state = c.state
                 self._emit("state", state=c.state.value)
@@ -691,6 +718,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--processing-delay-ms", type=int, default=0)
     parser.add_argument("--log-level", default="WARNING")
     return parser
+
+
+class _entered(contextlib.AbstractAsyncContextManager["ZookeeperConsumerConnector"]):
+    """``async with`` for a connector that was started already (``__aexit__`` only)."""
+
+    def __init__(self, connector: ZookeeperConsumerConnector) -> None:
+        self.connector = connector
+
+    async def __aenter__(self) -> ZookeeperConsumerConnector:
+        return self.connector
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return await self.connector.__aexit__(*exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
