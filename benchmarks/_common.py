@@ -1,0 +1,325 @@
+"""Plumbing shared by the benchmarks: the cluster, child processes, medians, result files.
+
+Every contender runs in a child process of its own, started with ``subprocess.Popen`` and
+reaped with ``os.wait4``, so the CPU time and the peak RSS reported are that child's alone
+(``RUSAGE_CHILDREN`` would mix every child's ``ru_maxrss``). Children print one JSON object on
+their last stdout line; the parent parses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS_DIR = HERE / "results"
+CACHE_DIR = Path(os.environ.get("AIOZKCONSUMER_CACHE", Path.home() / ".cache" / "aiozkconsumer"))
+
+
+# -- the cluster -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """Where the benchmark's ZooKeeper and Kafka broker are."""
+
+    zookeeper_connect: str
+    bootstrap_servers: str
+
+
+def add_cluster_args(parser: argparse.ArgumentParser) -> None:
+    """``--zookeeper`` / ``--bootstrap-server``: use a running cluster instead of a new one."""
+    parser.add_argument(
+        "--zookeeper",
+        help="ZooKeeper host:port of a running Kafka 3.9 ZooKeeper-mode cluster "
+        "(default: start a LocalCluster for this run)",
+    )
+    parser.add_argument("--bootstrap-server", help="its Kafka broker(s), host:port[,...]")
+
+
+@contextlib.contextmanager
+def cluster_from_args(args: argparse.Namespace) -> Iterator[ClusterInfo]:
+    """Yield the cluster named on the command line, or a LocalCluster started for the run."""
+    if args.zookeeper or args.bootstrap_server:
+        if not (args.zookeeper and args.bootstrap_server):
+            raise SystemExit("--zookeeper and --bootstrap-server go together")
+        yield ClusterInfo(args.zookeeper, args.bootstrap_server)
+        return
+    from aiozkconsumer.testing import LocalCluster
+
+    say("starting a LocalCluster (ZooKeeper + one Kafka 3.9 broker) ...")
+    cluster = LocalCluster()
+    asyncio.run(cluster.start())
+    try:
+        say(f"cluster up: ZooKeeper {cluster.zookeeper_connect}, Kafka {cluster.bootstrap_servers}")
+        yield ClusterInfo(cluster.zookeeper_connect, cluster.bootstrap_servers)
+    finally:
+        asyncio.run(cluster.stop())
+
+
+async def _ensure_topic(
+    info: ClusterInfo, topic: str, partitions: int, records: int, value_size: int
+) -> int:
+    """Create ``topic`` and fill it with ``records`` values of ``value_size`` bytes (no key),
+    spread evenly over the partitions, unless it already holds that many. Returns the count."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from aiozkconsumer.cli.demo import ExistingCluster
+
+    cluster = ExistingCluster(info.zookeeper_connect, info.bootstrap_servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=info.bootstrap_servers)
+    await admin.start()
+    try:
+        exists = topic in await admin.list_topics()
+        if not exists:
+            await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+    have = sum((await cluster.log_end_offsets(topic)).values())
+    if have == records:
+        return have
+    if have > 0:
+        raise SystemExit(f"topic {topic} exists with {have} records, expected {records}")
+    value = (b"v" * value_size)[:value_size]
+    per_round = max(partitions, 200_000 * 100 // max(value_size, 1))
+    produced = 0
+    t0 = time.monotonic()
+    while produced < records:
+        n = min(per_round, records - produced)
+        by_partition: dict[int, list[tuple[bytes | None, bytes]]] = {
+            p: [(None, value)] * (n // partitions + (1 if p < n % partitions else 0))
+            for p in range(partitions)
+        }
+        produced += await cluster.produce_to_partitions(topic, by_partition)
+    say(f"produced {produced:,} x {value_size} B into {topic} in {time.monotonic() - t0:.1f} s")
+    return produced
+
+
+def ensure_topic(
+    info: ClusterInfo, topic: str, partitions: int, records: int, value_size: int
+) -> int:
+    """Synchronous ``_ensure_topic``."""
+    return asyncio.run(_ensure_topic(info, topic, partitions, records, value_size))
+
+
+# -- child processes -------------------------------------------------------------------------
+
+
+@dataclass
+class ChildResult:
+    """What a child process did and cost.
+
+    Attributes:
+        returncode: its exit code (negative: killed by that signal).
+        wall_s: wall-clock seconds from spawn to exit.
+        user_s, sys_s: its CPU seconds (``wait4``).
+        maxrss_mb: its peak resident set size, MiB (``ru_maxrss``).
+        report: the JSON object on its last stdout line (``{}`` if none).
+        stderr_tail: the end of its stderr.
+        timed_out: it was killed for running past the time limit.
+    """
+
+    returncode: int
+    wall_s: float
+    user_s: float
+    sys_s: float
+    maxrss_mb: float
+    report: dict[str, Any] = field(default_factory=dict)
+    stderr_tail: str = ""
+    stdout: str = ""
+    timed_out: bool = False
+
+    @property
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the whole process."""
+        return self.user_s + self.sys_s
+
+    @property
+    def ok(self) -> bool:
+        """Exited 0 in time with a report."""
+        return self.returncode == 0 and not self.timed_out and bool(self.report)
+
+
+def run_child(
+    cmd: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None
+) -> ChildResult:
+    """Run ``cmd`` to completion and return its own CPU time, peak RSS and JSON report."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=dict(env or os.environ)
+        )
+        killed = threading.Event()
+
+        def kill() -> None:
+            killed.set()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+
+        timer = threading.Timer(timeout_s, kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        wall = time.monotonic() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode(errors="replace")
+        stderr = err.read().decode(errors="replace")
+    report: dict[str, Any] = {}
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                report = json.loads(line)
+                break
+    return ChildResult(
+        returncode=proc.returncode,
+        wall_s=wall,
+        user_s=usage.ru_utime,
+        sys_s=usage.ru_stime,
+        maxrss_mb=usage.ru_maxrss / 1024,
+        report=report,
+        stderr_tail=stderr[-3000:],
+        stdout=stdout,
+        timed_out=killed.is_set(),
+    )
+
+
+def this_python() -> str:
+    """The interpreter running the benchmarks (the project's virtualenv)."""
+    return sys.executable
+
+
+# -- reporting -------------------------------------------------------------------------------
+
+
+def say(text: str) -> None:
+    """Progress to stderr (stdout carries children's JSON reports)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def median(values: Sequence[float]) -> float:
+    """Median, or NaN for no values."""
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100), nearest rank; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, int(-(-q * len(ordered) // 100)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def uptime() -> str:
+    """``uptime``'s line (load averages over 1, 5, 15 minutes)."""
+    try:
+        return subprocess.run(
+            ["uptime"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        one, five, fifteen = os.getloadavg()
+        return f"load average: {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def java_processes() -> int:
+    """How many java processes run on the machine (other agents' clusters included)."""
+    count = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
+                    count += 1
+    return count
+
+
+def machine() -> dict[str, Any]:
+    """A description of the machine and its load right now."""
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "uptime": uptime(),
+        "loadavg": os.getloadavg(),
+        "java_processes": java_processes(),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def versions(*dists: str) -> dict[str, str]:
+    """Installed versions of these distributions (``-`` if missing)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for dist in dists:
+        try:
+            found[dist] = version(dist)
+        except PackageNotFoundError:
+            found[dist] = "-"
+    return found
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub markdown table."""
+
+    def cell(v: object) -> str:
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    """A number with thousands separators, ``-`` for None/NaN."""
+    if value is None or value != value:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def write_results(out_dir: Path, name: str, data: Mapping[str, Any], markdown: str) -> None:
+    """Write ``<name>.json`` and ``<name>.md`` into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    (out_dir / f"{name}.md").write_text(markdown.rstrip() + "\n")
+    say(f"wrote {out_dir / (name + '.json')} and {name}.md")
+
+
+def emit(report: Mapping[str, Any]) -> None:
+    """Print a child's report: one JSON object on its own (last) stdout line."""
+    sys.stdout.write(json.dumps(report) + "\n")
+    sys.stdout.flush()
+
+
+def cpu_now() -> float:
+    """User + system CPU seconds of this process (all threads) so far."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime

@@ -1,0 +1,689 @@
+"""Consume throughput: aiozkconsumer against aiokafka, confluent-kafka, kafka-python and Java.
+
+Two topics of 8 partitions are loaded once (2,000,000 records of 100 B and 200,000 of 1 KiB,
+no keys), read once to warm the broker's page cache, then each contender reads a whole topic
+from the beginning with a fresh group, in a process of its own, 3 rounds, contenders
+interleaved (the order rotates each round) so that machine load hits them alike. Each run
+reports records/s and MiB/s (key + value bytes) over its consume window, the CPU seconds of
+that window (``getrusage(RUSAGE_SELF)`` in the child) and of the whole process (``wait4``),
+and the process's peak RSS. Tables give the median of the rounds.
+
+Contenders (``--contenders``):
+
+- ``azk-iter-1``: aiozkconsumer, ``async for msg in stream``, 1 stream.
+- ``azk-iter-4``: aiozkconsumer, 4 streams, one task each.
+- ``azk-batch``: aiozkconsumer, ``stream.batches(max_records=--batch)``, 1 stream.
+- ``azk-iter-yield``: as ``azk-iter-1`` but the loop awaits ``asyncio.sleep(0)`` every 1,000
+  records (shows the effect of letting the fetcher run while records are buffered).
+- ``aiokafka-iter-nocrc`` / ``aiokafka-getmany-nocrc``: aiokafka with ``check_crcs=False``
+  (aiozkconsumer does not validate CRCs; aiokafka does by default).
+- ``aiokafka-iter`` / ``aiokafka-getmany``: ``AIOKafkaConsumer`` with ``assign()``;
+  ``async for`` / ``getmany(timeout_ms=1000, max_records=--batch)``.
+- ``confluent-aio``: ``confluent_kafka.aio.AIOConsumer.consume(num_messages=--batch)``.
+- ``confluent-sync``: ``confluent_kafka.Consumer.consume(num_messages=--batch)``.
+- ``kafka-python``: ``KafkaConsumer.poll(max_records=--batch)`` with ``assign()``.
+- ``java``: Kafka's ``org.apache.kafka.tools.ConsumerPerformance`` (kafka-consumer-perf-test)
+  from Kafka 3.9.1; its ``fetch.*`` figures (group join excluded).
+
+The consume window of a Python contender runs from just before the consumer is constructed
+(so it includes connecting, and for aiozkconsumer the ZooKeeper registration and first
+rebalance) to the last record. Not a test: nothing here asserts on speed.
+
+Usage::
+
+    .venv/bin/python benchmarks/throughput.py [--quick] [--zookeeper H:P --bootstrap-server H:P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (
+    CACHE_DIR,
+    RESULTS_DIR,
+    ClusterInfo,
+    add_cluster_args,
+    cluster_from_args,
+    cpu_now,
+    emit,
+    ensure_topic,
+    fmt,
+    machine,
+    md_table,
+    median,
+    run_child,
+    say,
+    this_python,
+    uptime,
+    versions,
+    write_results,
+)
+
+ALL_CONTENDERS = (
+    "azk-iter-1",
+    "azk-iter-4",
+    "azk-batch",
+    "aiokafka-iter",
+    "aiokafka-getmany",
+    "confluent-aio",
+    "confluent-sync",
+    "kafka-python",
+    "java",
+)
+EXTRA_CONTENDERS = ("azk-iter-yield", "aiokafka-iter-nocrc", "aiokafka-getmany-nocrc")
+KAFKA_VERSION = "3.9.1"
+POM = Path(__file__).with_name("java-perf-pom.xml")
+MIB = 1024 * 1024
+
+# (target name, contender, reference, ratio it must reach)
+TARGETS = (
+    ("async for >= 1.0x aiokafka async for", "azk-iter-1", "aiokafka-iter", 1.0),
+    ("batch API >= 1.3x aiokafka getmany", "azk-batch", "aiokafka-getmany", 1.3),
+    (
+        "batch API >= 1.0x confluent-kafka consume() (AIOConsumer)",
+        "azk-batch",
+        "confluent-aio",
+        1.0,
+    ),
+    ("batch API >= 1.0x confluent-kafka consume() (sync)", "azk-batch", "confluent-sync", 1.0),
+)
+
+
+# -- the children ----------------------------------------------------------------------------
+
+
+class Counter:
+    """Records and bytes handed out, and when the last one came."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.records = 0
+        self.bytes = 0
+        self.first: float | None = None
+
+
+def _size(key: bytes | None, value: bytes | None) -> int:
+    return (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+
+
+async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
+    import anyio
+
+    from aiozkconsumer import ConsumerConfig, ZookeeperConsumerConnector
+
+    mode = args.contender
+    n_streams = 4 if mode == "azk-iter-4" else 1
+    config = ConsumerConfig(
+        group_id=f"bench-{uuid.uuid4().hex[:10]}",
+        zookeeper_connect=args.zookeeper,
+        auto_offset_reset="smallest",
+        auto_commit_enable=False,
+    )
+    async with ZookeeperConsumerConnector(config) as connector:
+        streams = (await connector.create_message_streams({args.topic: n_streams}))[args.topic]
+
+        async def iterate(stream: Any) -> None:
+            n = 0
+            async for msg in stream:
+                c.records += 1
+                c.bytes += _size(msg.key, msg.value)
+                if c.first is None:
+                    c.first = time.perf_counter() - t0
+                if c.records >= c.total:
+                    break
+                if mode == "azk-iter-yield":
+                    n += 1
+                    if n % 1000 == 0:
+                        await asyncio.sleep(0)
+            tg.cancel_scope.cancel()
+
+        async def batches(stream: Any) -> None:
+            async for batch in stream.batches(max_records=args.batch):
+                if c.first is None:
+                    c.first = time.perf_counter() - t0
+                c.records += len(batch)
+                c.bytes += sum([_size(m.key, m.value) for m in batch])
+                if c.records >= c.total:
+                    break
+            tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            for stream in streams:
+                tg.start_soon(batches if mode == "azk-batch" else iterate, stream)
+
+
+async def _aiokafka(args: argparse.Namespace, c: Counter, t0: float) -> None:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=args.bootstrap_server,
+        group_id=f"bench-{uuid.uuid4().hex[:10]}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        # aiozkconsumer does not check CRCs; the -nocrc variants show aiokafka without it.
+        check_crcs=not args.contender.endswith("-nocrc"),
+    )
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(args.topic, p) for p in range(args.partitions)])
+        if args.contender.startswith("aiokafka-iter"):
+            async for msg in consumer:
+                c.records += 1
+                c.bytes += _size(msg.key, msg.value)
+                if c.first is None:
+                    c.first = time.perf_counter() - t0
+                if c.records >= c.total:
+                    break
+        else:
+            while c.records < c.total:
+                got = await consumer.getmany(timeout_ms=1000, max_records=args.batch)
+                for msgs in got.values():
+                    if c.first is None:
+                        c.first = time.perf_counter() - t0
+                    c.records += len(msgs)
+                    c.bytes += sum([_size(m.key, m.value) for m in msgs])
+    finally:
+        await consumer.stop()
+
+
+def _confluent_conf(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": args.bootstrap_server,
+        "group.id": f"bench-{uuid.uuid4().hex[:10]}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+
+
+def _confluent_sync(args: argparse.Namespace, c: Counter, t0: float) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(_confluent_conf(args))
+    try:
+        consumer.assign(
+            [TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in range(args.partitions)]
+        )
+        while c.records < c.total:
+            for m in consumer.consume(num_messages=args.batch, timeout=1.0):
+                if m.error() is not None:
+                    continue
+                if c.first is None:
+                    c.first = time.perf_counter() - t0
+                c.records += 1
+                c.bytes += _size(m.key(), m.value())
+    finally:
+        consumer.close()
+
+
+async def _confluent_aio(args: argparse.Namespace, c: Counter, t0: float) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    from confluent_kafka.aio import AIOConsumer
+
+    consumer = AIOConsumer(_confluent_conf(args))
+    try:
+        await consumer.assign(
+            [TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in range(args.partitions)]
+        )
+        while c.records < c.total:
+            for m in await consumer.consume(num_messages=args.batch, timeout=1.0):
+                if m.error() is not None:
+                    continue
+                if c.first is None:
+                    c.first = time.perf_counter() - t0
+                c.records += 1
+                c.bytes += _size(m.key(), m.value())
+    finally:
+        await consumer.close()
+
+
+def _kafka_python(args: argparse.Namespace, c: Counter, t0: float) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=args.bootstrap_server,
+        group_id=f"bench-{uuid.uuid4().hex[:10]}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    try:
+        consumer.assign([TopicPartition(args.topic, p) for p in range(args.partitions)])
+        while c.records < c.total:
+            for msgs in consumer.poll(timeout_ms=1000, max_records=args.batch).values():
+                if c.first is None:
+                    c.first = time.perf_counter() - t0
+                c.records += len(msgs)
+                c.bytes += sum([_size(m.key, m.value) for m in msgs])
+    finally:
+        consumer.close()
+
+
+def child(args: argparse.Namespace) -> None:
+    """Consume ``--records`` records of ``--topic`` with one contender; print the report."""
+    if args.profile:
+        from pyinstrument import Profiler
+
+        profiler: Any = Profiler(interval=0.001, async_mode="enabled")
+        profiler.start()
+    counter = Counter(args.records)
+    cpu0 = cpu_now()
+    t0 = time.perf_counter()
+    mode = args.contender
+    if mode.startswith("azk-"):
+        asyncio.run(_azk(args, counter, t0))
+    elif mode.startswith("aiokafka-"):
+        asyncio.run(_aiokafka(args, counter, t0))
+    elif mode == "confluent-aio":
+        asyncio.run(_confluent_aio(args, counter, t0))
+    elif mode == "confluent-sync":
+        _confluent_sync(args, counter, t0)
+    elif mode == "kafka-python":
+        _kafka_python(args, counter, t0)
+    else:
+        raise SystemExit(f"unknown contender {mode}")
+    seconds = time.perf_counter() - t0
+    cpu = cpu_now() - cpu0
+    if args.profile:
+        profiler.stop()
+        Path(args.profile).write_text(profiler.output_text(unicode=False, color=False))
+    emit(
+        {
+            "contender": mode,
+            "records": counter.records,
+            "bytes": counter.bytes,
+            "seconds": seconds,
+            "first_record_s": counter.first,
+            "window_cpu_s": cpu,
+        }
+    )
+
+
+# -- Kafka's ConsumerPerformance -------------------------------------------------------------
+
+
+def java_classpath() -> str | None:
+    """Resolve kafka-tools (ConsumerPerformance) into the cache once; ``None`` if impossible."""
+    target = CACHE_DIR / f"kafka-tools-{KAFKA_VERSION}"
+    libs = target / "libs"
+    marker = target / ".complete"
+    digest = hashlib.sha256(POM.read_bytes()).hexdigest()
+    if not (marker.exists() and marker.read_text().strip() == digest):
+        mvn = shutil.which("mvn")
+        if mvn is None or shutil.which("java") is None:
+            say("mvn or java missing: the Java ConsumerPerformance reference is skipped")
+            return None
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=CACHE_DIR))
+        cmd = [
+            mvn,
+            "-q",
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={staging}",
+        ]
+        say("resolving kafka-tools (ConsumerPerformance) with Maven ...")
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            say(f"mvn failed, the Java reference is skipped:\n{done.stdout[-2000:]}")
+            shutil.rmtree(staging, ignore_errors=True)
+            return None
+        shutil.rmtree(libs, ignore_errors=True)
+        libs.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(libs)
+        marker.write_text(digest + "\n")
+    return f"{libs}/*"
+
+
+_JAVA_LINE = re.compile(r"^\d{4}-\d\d-\d\d .*,.*")
+
+
+def java_cmd(classpath: str, info: ClusterInfo, topic: str, records: int) -> list[str]:
+    """The ConsumerPerformance command line (earliest offset, fresh group)."""
+    log4j = Path(tempfile.gettempdir()) / "aiozkconsumer-bench-log4j.properties"
+    if not log4j.exists():
+        log4j.write_text(
+            "log4j.rootLogger=WARN, stderr\n"
+            "log4j.appender.stderr=org.apache.log4j.ConsoleAppender\n"
+            "log4j.appender.stderr.Target=System.err\n"
+            "log4j.appender.stderr.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.stderr.layout.ConversionPattern=%p %m%n\n"
+        )
+    return [
+        "java",
+        "-Xms256m",
+        "-Xmx512m",
+        "-XX:+UseG1GC",
+        "-XX:-UsePerfData",
+        f"-Dlog4j.configuration=file:{log4j}",
+        "-cp",
+        classpath,
+        "org.apache.kafka.tools.ConsumerPerformance",
+        "--bootstrap-server",
+        info.bootstrap_servers,
+        "--topic",
+        topic,
+        "--messages",
+        str(records),
+        "--group",
+        f"bench-{uuid.uuid4().hex[:10]}",
+        "--timeout",
+        "60000",
+    ]
+
+
+def parse_java(stdout: str) -> dict[str, Any]:
+    """ConsumerPerformance's result line -> a report like the Python children's."""
+    for line in stdout.splitlines():
+        if _JAVA_LINE.match(line.strip()):
+            cols = [c.strip() for c in line.split(",")]
+            # start, end, MB, MB.sec, nMsg, nMsg.sec, rebalance.ms, fetch.ms, fetch.MB.sec,
+            # fetch.nMsg.sec
+            mb, n_msg, fetch_ms = float(cols[2]), int(float(cols[4])), float(cols[7])
+            return {
+                "contender": "java",
+                "records": n_msg,
+                "bytes": int(mb * MIB),
+                "seconds": fetch_ms / 1000,
+                "first_record_s": None,
+                "window_cpu_s": None,
+                "rebalance_ms": float(cols[6]),
+                "total_nmsg_sec": float(cols[5]),
+            }
+    return {}
+
+
+# -- the orchestrator ------------------------------------------------------------------------
+
+
+def run_one(
+    contender: str,
+    info: ClusterInfo,
+    topic: str,
+    records: int,
+    args: argparse.Namespace,
+    java_cp: str | None,
+) -> dict[str, Any]:
+    """One run of one contender over one topic, in a child process."""
+    timeout = max(120.0, records / 5_000)
+    if contender == "java":
+        assert java_cp is not None
+        res = run_child(java_cmd(java_cp, info, topic, records), timeout_s=timeout)
+        res.report = parse_java(res.stdout)
+    else:
+        cmd = [
+            this_python(),
+            str(Path(__file__).resolve()),
+            "child",
+            "--contender",
+            contender,
+            "--topic",
+            topic,
+            "--records",
+            str(records),
+            "--partitions",
+            str(args.partitions),
+            "--batch",
+            str(args.batch),
+            "--zookeeper",
+            info.zookeeper_connect,
+            "--bootstrap-server",
+            info.bootstrap_servers,
+        ]
+        res = run_child(cmd, timeout_s=timeout)
+    rep = res.report
+    ok = res.ok and rep.get("records", 0) >= records
+    if not ok:
+        say(f"  {contender} FAILED (rc={res.returncode}): {res.stderr_tail[-1500:]}")
+        return {"contender": contender, "ok": False, "rc": res.returncode}
+    seconds = rep["seconds"]
+    return {
+        "contender": contender,
+        "ok": True,
+        "records": rep["records"],
+        "bytes": rep["bytes"],
+        "seconds": seconds,
+        "records_per_s": rep["records"] / seconds,
+        "mib_per_s": rep["bytes"] / MIB / seconds,
+        "window_cpu_s": rep.get("window_cpu_s"),
+        "process_cpu_s": res.cpu_s,
+        "maxrss_mib": res.maxrss_mb,
+        "wall_s": res.wall_s,
+        "first_record_s": rep.get("first_record_s"),
+        "extra": {k: v for k, v in rep.items() if k in ("rebalance_ms", "total_nmsg_sec")},
+    }
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the successful runs of one contender on one topic."""
+    good = [r for r in runs if r.get("ok")]
+
+    def med(key: str) -> float | None:
+        vals = [r[key] for r in good if r.get(key) is not None]
+        return median(vals) if vals else None
+
+    return {
+        "runs": len(runs),
+        "ok_runs": len(good),
+        "records_per_s": med("records_per_s"),
+        "mib_per_s": med("mib_per_s"),
+        "window_cpu_s": med("window_cpu_s"),
+        "process_cpu_s": med("process_cpu_s"),
+        "maxrss_mib": med("maxrss_mib"),
+        "first_record_s": med("first_record_s"),
+        "all_records_per_s": [round(r["records_per_s"]) for r in good],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Contenders: " + ", ".join(ALL_CONTENDERS + EXTRA_CONTENDERS),
+    )
+    sub = parser.add_subparsers(dest="command")
+    c = sub.add_parser("child", help="(internal) run one contender and print its report")
+    c.add_argument("--contender", required=True, choices=ALL_CONTENDERS + EXTRA_CONTENDERS)
+    c.add_argument("--topic", required=True)
+    c.add_argument("--records", type=int, required=True)
+    c.add_argument("--partitions", type=int, required=True)
+    c.add_argument("--batch", type=int, default=1000)
+    c.add_argument("--zookeeper", required=True)
+    c.add_argument("--bootstrap-server", required=True)
+    c.add_argument("--profile", help="write a pyinstrument profile (text) to this file")
+
+    parser.add_argument("--quick", action="store_true", help="smoke size: 10x fewer records")
+    parser.add_argument("--small-records", type=int, default=2_000_000, help="100 B records")
+    parser.add_argument("--large-records", type=int, default=200_000, help="1 KiB records")
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds (median reported)")
+    parser.add_argument("--batch", type=int, default=1000, help="records per batch call")
+    parser.add_argument(
+        "--contenders",
+        default=",".join(ALL_CONTENDERS),
+        help="comma-separated subset (default: all but the extras)",
+    )
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument(
+        "--name", default="throughput", help="result file stem (<name>.json, <name>.md)"
+    )
+    add_cluster_args(parser)
+    args = parser.parse_args(argv)
+    if args.command == "child":
+        child(args)
+        return
+    if args.quick:
+        args.small_records //= 10
+        args.large_records //= 10
+    contenders = [x for x in args.contenders.split(",") if x]
+    with cluster_from_args(args) as info:
+        run(info, args, contenders)
+
+
+def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> None:
+    """Load the topics, warm the page cache, run every contender ``--repeats`` times."""
+    java_cp = java_classpath() if "java" in contenders else None
+    if "java" in contenders and java_cp is None:
+        contenders.remove("java")
+    datasets = [
+        ("100B", args.small_records, 100),
+        ("1KiB", args.large_records, 1024),
+    ]
+    topics = {}
+    for label, n, size in datasets:
+        topic = f"bench-tp-{label}-{n}-{args.partitions}"
+        ensure_topic(info, topic, args.partitions, n, size)
+        topics[label] = topic
+        say(f"warming the page cache: reading {topic} once (not measured)")
+        run_one("confluent-sync", info, topic, n, args, None)
+    before = machine()
+    say(f"machine before: {before['uptime']}; {before['java_processes']} java processes")
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {lbl: {} for lbl, _, _ in datasets}
+    loads: list[str] = []
+    for rnd in range(args.repeats):
+        order = contenders[rnd % len(contenders) :] + contenders[: rnd % len(contenders)]
+        for label, n, _ in datasets:
+            for contender in order:
+                r = run_one(contender, info, topics[label], n, args, java_cp)
+                runs[label].setdefault(contender, []).append(r)
+                if r["ok"]:
+                    say(
+                        f"round {rnd + 1} {label:>4} {contender:<16} "
+                        f"{r['records_per_s']:>10,.0f} rec/s {r['mib_per_s']:7.1f} MiB/s "
+                        f"cpu {r['process_cpu_s']:5.1f} s rss {r['maxrss_mib']:6.0f} MiB"
+                    )
+        loads.append(uptime())
+    after = machine()
+    summary = {lbl: {c: summarize(rs) for c, rs in per.items()} for lbl, per in runs.items()}
+    ratios = []
+    for name, mine, ref, need in TARGETS:
+        for lbl in summary:
+            a = summary[lbl].get(mine, {}).get("records_per_s")
+            b = summary[lbl].get(ref, {}).get("records_per_s")
+            ratio = a / b if a and b else None
+            ratios.append(
+                {
+                    "target": name,
+                    "dataset": lbl,
+                    "ratio": ratio,
+                    "needed": need,
+                    "met": ratio is not None and ratio >= need,
+                }
+            )
+    data = {
+        "benchmark": "throughput",
+        "settings": {
+            "partitions": args.partitions,
+            "repeats": args.repeats,
+            "batch": args.batch,
+            "datasets": {lbl: {"records": n, "value_size": s} for lbl, n, s in datasets},
+            "quick": args.quick,
+        },
+        "machine_before": before,
+        "machine_after": after,
+        "uptime_per_round": loads,
+        "versions": versions(
+            "aiozkconsumer", "aiokafka", "confluent-kafka", "kafka-python", "aiozk"
+        ),
+        "summary": summary,
+        "targets": ratios,
+        "runs": runs,
+    }
+    write_results(args.out_dir, args.name, data, markdown(data))
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """The result tables."""
+    s = data["settings"]
+    out = [
+        "# Throughput",
+        "",
+        f"Median of {s['repeats']} interleaved rounds; {s['partitions']} partitions, one "
+        f"consumer process, warm page cache, batch calls of {s['batch']} records. "
+        "CPU (consume) is the child's own CPU time over the consume window; CPU (process) "
+        "the whole process's (start-up included), peak RSS the process's `ru_maxrss`; first "
+        "record: seconds from the start of the window to the first record (connect, "
+        "subscribe, first fetch). The "
+        "Java line is ConsumerPerformance's `fetch.*` rate (group join excluded).",
+        "",
+        f"Machine: {data['machine_before']['cpus']} CPUs ({data['machine_before']['cpu_model']}); "
+        f"load before: `{data['machine_before']['uptime']}`; after: "
+        f"`{data['machine_after']['uptime']}`; java processes running: "
+        f"{data['machine_before']['java_processes']}.",
+        "",
+    ]
+    for lbl, per in data["summary"].items():
+        ds = s["datasets"][lbl]
+        out += [f"## {ds['records']:,} records of {ds['value_size']} B", ""]
+        ref = per.get("aiokafka-iter", {}).get("records_per_s")
+        rows = []
+        for contender, v in sorted(per.items(), key=lambda kv: -(kv[1]["records_per_s"] or 0)):
+            rate = v["records_per_s"]
+            rows.append(
+                [
+                    contender,
+                    fmt(rate),
+                    fmt(v["mib_per_s"], 1),
+                    fmt(rate / ref, 2) if rate and ref else "-",
+                    fmt(v["window_cpu_s"], 2),
+                    fmt(v["process_cpu_s"], 2),
+                    fmt(v["maxrss_mib"]),
+                    fmt(v.get("first_record_s"), 2),
+                    f"{v['ok_runs']}/{v['runs']}",
+                    " / ".join(f"{x:,}" for x in v["all_records_per_s"]),
+                ]
+            )
+        out += [
+            md_table(
+                [
+                    "contender",
+                    "records/s",
+                    "MiB/s",
+                    "x aiokafka-iter",
+                    "CPU s (consume)",
+                    "CPU s (process)",
+                    "peak RSS MiB",
+                    "first record s",
+                    "ok",
+                    "each run (records/s)",
+                ],
+                rows,
+            ),
+            "",
+        ]
+    out += ["## Targets", ""]
+    out.append(
+        md_table(
+            ["target", "dataset", "ratio", "needed", "met"],
+            [
+                [
+                    t["target"],
+                    t["dataset"],
+                    fmt(t["ratio"], 2),
+                    t["needed"],
+                    "yes" if t["met"] else "NO",
+                ]
+                for t in data["targets"]
+            ],
+        )
+    )
+    out += ["", "Load after each round: " + "; ".join(f"`{u}`" for u in data["uptime_per_round"])]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
