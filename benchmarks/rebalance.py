@@ -392,8 +392,8 @@ def handle(run: Run, line: dict[str, Any]) -> None:
     """Apply one member line to the orchestrator's view."""
     run.events.append(line)
     ev = line["ev"]
-    slot = line.get("slot")
-    st = run.slots.get(slot) if slot is not None else None
+    slot: int = line.get("slot", -1)
+    st = run.slots.get(slot)
     if ev == "assigned" and st is not None:
         t = line["t"]
         new = set(line["partitions"])
@@ -663,7 +663,7 @@ async def run_config(
             problems = []
             if zk is not None and settled:
                 problems = await check_owner_nodes(run, zk)
-            rec = {
+            rec: dict[str, Any] = {
                 "event": i,
                 "kind": kind,
                 "slot": slot,
