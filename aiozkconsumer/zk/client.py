@@ -302,15 +302,7 @@ class ZkClient:
 
         As ``ZkUtils.updatePersistentPath``.
         """
-        try:
-            await self._call(path, self._zk.set(path, data, -1))
-        except ZookeeperError as e:
-            if not isinstance(e.__cause__, zk_exc.NoNode):
-                raise
-            try:
-                await self.create(path, data)
-            except ZookeeperNodeExistsError:
-                await self._call(path, self._zk.set(path, data, -1))
+        await self.bump(path, data)
 
     async def bump(self, path: str, data: bytes) -> int:
         """Write a persistent node (creating it and its parents) and return its new version.
