@@ -40,7 +40,7 @@ from .errors import (
 from .metrics import ConsumerMetrics
 from .records import MessageAndMetadata, TopicPartition
 
-__all__ = ["FetchResult", "SimpleConsumer", "parse_records"]
+__all__ = ["FetchResult", "RawFetchResult", "SimpleConsumer", "parse_records"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,20 @@ class FetchResult:
     records: list[MessageAndMetadata]
     high_watermark: int
     next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RawFetchResult:
+    """What one fetch of one partition returned, unparsed (see :meth:`SimpleConsumer.fetch_raw`).
+
+    Attributes:
+        data: the partition's ``records`` bytes as the broker sent them (Kafka's record batch
+            format; may be empty).
+        high_watermark: the partition's high watermark when the broker answered.
+    """
+
+    data: bytes
+    high_watermark: int
 
 
 class _RetriableError(Exception):
@@ -497,6 +511,32 @@ class SimpleConsumer:
                 ``TopicAuthorizationFailed``); the message names it.
             ConsumerClosedError: the consumer is not started or closed.
         """
+        raw = await self.fetch_raw(tp, offset, max_bytes)
+        records, next_offset = parse_records(tp, offset, raw.data, max_bytes)
+        return FetchResult(records, raw.high_watermark, next_offset)
+
+    async def fetch_raw(
+        self, tp: TopicPartition, offset: int, max_bytes: int = 1048576
+    ) -> RawFetchResult:
+        """Fetch one partition from ``offset`` and return the record set unparsed.
+
+        :meth:`fetch` without the parsing, for callers that decode record batches their own
+        way (the Spark source builds Arrow columns straight from them). Same request, same
+        retries, same errors except those of parsing.
+
+        Args:
+            tp: the partition.
+            offset: the first offset wanted.
+            max_bytes: the most record bytes to return (``fetch.message.max.bytes``).
+
+        Returns:
+            The partition's ``records`` bytes (may start before ``offset``, inside a
+            compressed batch, and may end with a partial batch) and the high watermark.
+
+        Raises:
+            ValueError, OffsetOutOfRangeError, UnknownTopicError, BrokerNotAvailableError,
+                ConsumerError, ConsumerClosedError: as :meth:`fetch`.
+        """
         if offset < 0:
             raise ValueError(f"offset must not be negative, got {offset}")
         if max_bytes <= 0:
@@ -510,7 +550,7 @@ class SimpleConsumer:
             [(tp.topic, [(tp.partition, offset, max_bytes)])],
         )
 
-        async def fetch_from(leader: int) -> FetchResult:
+        async def fetch_from(leader: int) -> RawFetchResult:
             metrics = self.metrics
             started = metrics.clock() if metrics is not None else 0.0
             response = await kafka.send(leader, request)
@@ -522,8 +562,7 @@ class SimpleConsumer:
             error_code, high_watermark, data = part
             err = kafka_errors.for_code(error_code)
             if err is kafka_errors.NoError:
-                records, next_offset = parse_records(tp, offset, data, max_bytes)
-                return FetchResult(records, high_watermark, next_offset)
+                return RawFetchResult(data, high_watermark)
             if err is kafka_errors.OffsetOutOfRangeError:
                 earliest, latest = await self._offset_range(tp)
                 raise OffsetOutOfRangeError(tp.topic, tp.partition, offset, earliest, latest)

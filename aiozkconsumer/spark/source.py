@@ -52,9 +52,10 @@ from ..errors import (
     UnknownTopicError,
     ZookeeperError,
 )
-from ..records import MessageAndMetadata, TopicPartition
+from ..records import TopicPartition
 from ..simple_consumer import SimpleConsumer
 from ..subscription import Whitelist
+from .columns import RecordColumns
 from .planning import (
     INITIAL_KEY,
     SOURCE_NAME,
@@ -68,7 +69,7 @@ from .planning import (
     rate_limit,
 )
 from .runtime import LoopThread
-from .schema import kafka_schema, records_to_arrow
+from .schema import kafka_schema
 
 __all__ = [
     "DataLossError",
@@ -96,8 +97,8 @@ ARROW_BATCH_ROWS = 32768
 """Rows per Arrow record batch a task yields (also cut at ``ARROW_BATCH_BYTES``)."""
 
 ARROW_BATCH_BYTES = 32 * 1024 * 1024
-"""Fetched bytes per Arrow record batch a task yields, at most (counted per fetch, as the
-fetch size: a bound, not the exact size)."""
+"""Fetched bytes per Arrow record batch a task yields, about (a batch is cut after the fetch
+that reaches it)."""
 
 _EMPTY_FETCH_RETRIES = 10
 
@@ -391,11 +392,14 @@ class ZkKafkaInputPartition(InputPartition):
     retry_backoff_ms: int = 200
 
 
-async def _fetch_range(
-    part: ZkKafkaInputPartition,
-) -> AsyncGenerator[list[MessageAndMetadata], None]:
-    """Yield the records of ``part`` in chunks of about ``ARROW_BATCH_ROWS``."""
+async def _fetch_range(part: ZkKafkaInputPartition) -> AsyncGenerator[pa.RecordBatch, None]:
+    """Yield the records of ``part`` as Arrow batches of about ``ARROW_BATCH_ROWS`` rows.
+
+    Fetched record sets are parsed straight into columns (:class:`RecordColumns`): no
+    per-record ``MessageAndMetadata`` on this path.
+    """
     tp = TopicPartition(part.topic, part.partition)
+    columns = RecordColumns(tp, include_headers=part.include_headers)
     async with SimpleConsumer(
         part.bootstrap_servers,
         client_id=part.client_id,
@@ -404,12 +408,11 @@ async def _fetch_range(
         retry_backoff_ms=part.retry_backoff_ms,
     ) as consumer:
         offset, end = part.start, part.end
-        chunk: list[MessageAndMetadata] = []
         chunk_bytes = 0
         empty = 0
         while offset < end:
             try:
-                result = await consumer.fetch(tp, offset, part.max_bytes)
+                raw = await consumer.fetch_raw(tp, offset, part.max_bytes)
             except OffsetOutOfRangeError as e:
                 lost = f"offsets of {tp} from {offset} are gone ({e})"
                 if part.fail_on_data_loss:
@@ -422,20 +425,16 @@ async def _fetch_range(
                     continue
                 log.warning("%s; skipping the rest of [%d, %d)", lost, part.start, end)
                 break
-            records = result.records
-            if records and records[-1].offset >= end:
-                records = [r for r in records if r.offset < end]
-            if records:
-                chunk_bytes += part.max_bytes  # a bound: a fetch returns at most that much
-            chunk.extend(records)
-            if len(chunk) >= ARROW_BATCH_ROWS or chunk_bytes >= ARROW_BATCH_BYTES:
-                yield chunk
-                chunk, chunk_bytes = [], 0
-            if result.next_offset > offset:
-                offset, empty = result.next_offset, 0
+            next_offset = columns.add_fetch(raw.data, offset, end, part.max_bytes)
+            chunk_bytes += len(raw.data)
+            if len(columns) >= ARROW_BATCH_ROWS or chunk_bytes >= ARROW_BATCH_BYTES:
+                yield columns.take_batch()
+                chunk_bytes = 0
+            if next_offset > offset:
+                offset, empty = next_offset, 0
                 continue
-            if result.high_watermark <= offset:
-                lost = f"{tp} ends at {result.high_watermark}, before {end} (log truncated?)"
+            if raw.high_watermark <= offset:
+                lost = f"{tp} ends at {raw.high_watermark}, before {end} (log truncated?)"
                 if part.fail_on_data_loss:
                     raise DataLossError(f"{lost}; set failOnDataLoss=false to skip instead")
                 log.warning("%s; skipping [%d, %d)", lost, offset, end)
@@ -444,10 +443,10 @@ async def _fetch_range(
             if empty > _EMPTY_FETCH_RETRIES:
                 raise BrokerNotAvailableError(
                     f"{tp}: {empty} fetches at offset {offset} returned nothing below the "
-                    f"high watermark {result.high_watermark}"
+                    f"high watermark {raw.high_watermark}"
                 )
-        if chunk:
-            yield chunk
+        if len(columns):
+            yield columns.take_batch()
 
 
 def read_offset_range(part: ZkKafkaInputPartition) -> Iterator[pa.RecordBatch]:
@@ -473,10 +472,10 @@ def read_offset_range(part: ZkKafkaInputPartition) -> Iterator[pa.RecordBatch]:
     try:
         while True:
             try:
-                records = loop.run_until_complete(anext(chunks))
+                batch = loop.run_until_complete(anext(chunks))
             except StopAsyncIteration:
                 return
-            yield records_to_arrow(records, include_headers=part.include_headers)
+            yield batch
     finally:
         try:
             loop.run_until_complete(chunks.aclose())
