@@ -317,6 +317,11 @@ class SimpleConsumer:
     ) -> _T:
         """Run ``op(leader)``, retrying on leader changes and unreachable brokers.
 
+        A topic or partition missing from the metadata is retried too, and reported as
+        ``UnknownTopicError`` only when still missing after the retries: a broker that has
+        just restarted answers metadata requests before it has learnt the cluster's topics
+        (and the client's cached metadata is replaced by that answer).
+
         Raises:
             BrokerNotAvailableError: still failing after ``max_retries`` retries.
             UnknownTopicError: the topic or partition does not exist.
@@ -327,6 +332,14 @@ class SimpleConsumer:
             try:
                 leader = await self._leader(tp, refresh=refresh)
                 return await op(leader)
+            except UnknownTopicError as e:
+                attempt += 1
+                if attempt > self.max_retries:
+                    raise
+                backoff_s = self.retry_backoff_ms / 1000 * 2 ** (attempt - 1)
+                log.info("%s of partition %s: %s; retrying in %.3f s", what, tp, e, backoff_s)
+                await asyncio.sleep(backoff_s)
+                refresh = True
             except (_RetriableError, BrokerNotAvailableError) as e:
                 attempt += 1
                 if attempt > self.max_retries:
@@ -370,7 +383,8 @@ class SimpleConsumer:
             The leader's broker id.
 
         Raises:
-            UnknownTopicError: the topic or the partition does not exist.
+            UnknownTopicError: the topic or the partition does not exist (still missing
+                from the metadata after ``max_retries`` retries).
             BrokerNotAvailableError: the partition has no leader after ``max_retries``
                 metadata refreshes, or no broker answered.
             ConsumerClosedError: the consumer is not started or closed.
@@ -410,7 +424,8 @@ class SimpleConsumer:
             The offset of the earliest record (the log end offset if the log is empty).
 
         Raises:
-            UnknownTopicError: the topic or the partition does not exist.
+            UnknownTopicError: the topic or the partition does not exist (still missing
+                from the metadata after ``max_retries`` retries).
             BrokerNotAvailableError: the leader could not be reached after ``max_retries``
                 retries.
             ConsumerClosedError: the consumer is not started or closed.
@@ -430,7 +445,8 @@ class SimpleConsumer:
             The log end offset.
 
         Raises:
-            UnknownTopicError: the topic or the partition does not exist.
+            UnknownTopicError: the topic or the partition does not exist (still missing
+                from the metadata after ``max_retries`` retries).
             BrokerNotAvailableError: the leader could not be reached after ``max_retries``
                 retries.
             ConsumerClosedError: the consumer is not started or closed.
@@ -459,7 +475,8 @@ class SimpleConsumer:
         Raises:
             ValueError: ``timestamp_ms`` is negative (-1 and -2 mean latest and earliest in
                 the protocol: use :meth:`latest_offset` and :meth:`earliest_offset`).
-            UnknownTopicError: the topic or the partition does not exist.
+            UnknownTopicError: the topic or the partition does not exist (still missing
+                from the metadata after ``max_retries`` retries).
             BrokerNotAvailableError: the leader could not be reached after ``max_retries``
                 retries.
             ConsumerClosedError: the consumer is not started or closed.
@@ -503,7 +520,8 @@ class SimpleConsumer:
             MessageSizeTooLargeError: the response holds data but no complete batch (a batch
                 larger than ``max_bytes``, from an old broker).
             CorruptRecordError: the returned data does not parse.
-            UnknownTopicError: the topic or the partition does not exist.
+            UnknownTopicError: the topic or the partition does not exist (still missing
+                from the metadata after ``max_retries`` retries).
             BrokerNotAvailableError: the leader could not be reached, or kept answering
                 ``NOT_LEADER_FOR_PARTITION`` or another retriable error, after
                 ``max_retries`` retries.

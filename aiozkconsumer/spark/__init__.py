@@ -37,6 +37,8 @@ from .bridge import (
     batch_log_path,
     foreach_batch,
 )
+from .columns import RecordColumns
+from .executor import DataLossError, ZkKafkaInputPartition
 from .planning import SOURCE_NAME, SourceOptions, StartingOffsets, parse_source_options
 from .schema import (
     KAFKA_SCHEMA,
@@ -45,13 +47,7 @@ from .schema import (
     kafka_schema,
     records_to_arrow,
 )
-from .source import (
-    DataLossError,
-    ZkKafkaDataSource,
-    ZkKafkaInputPartition,
-    ZkKafkaStreamReader,
-    register,
-)
+from .source import ZkKafkaDataSource, ZkKafkaStreamReader, register
 
 __all__ = [
     "KAFKA_SCHEMA",
@@ -61,6 +57,7 @@ __all__ = [
     "BatchLogConflictError",
     "BatchRecord",
     "DataLossError",
+    "RecordColumns",
     "SourceOptions",
     "StartingOffsets",
     "ZkKafkaDataSource",

@@ -11,7 +11,8 @@ Three processes take part (PySpark's Python data source design):
   writes the offsets of a batch to the group's offset store once Spark committed it.
 - **executors** run :meth:`ZkKafkaStreamReader.read` for each planned range: it fetches
   ``[start, end)`` straight from the partition's leader (:class:`~aiozkconsumer.simple_consumer.
-  SimpleConsumer`) and yields Arrow record batches in the Kafka source's schema.
+  SimpleConsumer`) and yields Arrow record batches in the Kafka source's schema (see
+  :mod:`~aiozkconsumer.spark.executor`: each worker keeps its consumers between tasks).
 - the **application** only registers the source (:func:`register`) and starts the query.
 
 Replays are deterministic: every range is derived from the checkpointed start and end
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,18 +45,15 @@ from ..connector import ConnectorState, ZookeeperConsumerConnector
 from ..errors import (
     BrokerNotAvailableError,
     ConsumerClosedError,
-    ConsumerError,
     InvalidConfigError,
     NoBrokersError,
-    OffsetOutOfRangeError,
     OffsetStorageError,
     UnknownTopicError,
     ZookeeperError,
 )
 from ..records import TopicPartition
-from ..simple_consumer import SimpleConsumer
 from ..subscription import Whitelist
-from .columns import RecordColumns
+from .executor import DataLossError, ZkKafkaInputPartition, read_offset_range
 from .planning import (
     INITIAL_KEY,
     SOURCE_NAME,
@@ -72,13 +70,10 @@ from .runtime import LoopThread
 from .schema import kafka_schema
 
 __all__ = [
-    "DataLossError",
     "GroupMember",
     "MemberSnapshot",
     "ZkKafkaDataSource",
-    "ZkKafkaInputPartition",
     "ZkKafkaStreamReader",
-    "read_offset_range",
     "register",
 ]
 
@@ -92,23 +87,6 @@ SETTLE_TIMEOUT_S = 30.0
 
 CALL_TIMEOUT_S = 120.0
 """Time limit of one call into the member's event loop."""
-
-ARROW_BATCH_ROWS = 32768
-"""Rows per Arrow record batch a task yields (also cut at ``ARROW_BATCH_BYTES``)."""
-
-ARROW_BATCH_BYTES = 32 * 1024 * 1024
-"""Fetched bytes per Arrow record batch a task yields, about (a batch is cut after the fetch
-that reaches it)."""
-
-_EMPTY_FETCH_RETRIES = 10
-
-
-class DataLossError(ConsumerError):
-    """Offsets a batch should read are gone (deleted by retention, or the log was truncated).
-
-    Raised with ``failOnDataLoss=true`` (the default), as the Kafka source fails the query;
-    with ``failOnDataLoss=false`` the records are skipped with a warning instead.
-    """
 
 
 # -- driver side: the group member ----------------------------------------------------------
@@ -352,136 +330,6 @@ async def _list_offsets_once(
     if missing:
         raise BrokerNotAvailableError(f"no offset for {', '.join(map(str, missing))}")
     return result
-
-
-# -- executor side: reading a range ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ZkKafkaInputPartition(InputPartition):
-    """One Spark task: offsets ``[start, end)`` of a partition, and how to reach the brokers.
-
-    Pickled by the source runner and read by an executor; carries everything ``read`` needs.
-
-    Attributes:
-        topic: the topic.
-        partition: the partition number.
-        start: the first offset to read.
-        end: the offset after the last one.
-        bootstrap_servers: ``host:port,...`` of the cluster.
-        include_headers: add the ``headers`` column.
-        fail_on_data_loss: raise ``DataLossError`` when offsets of the range are gone.
-        client_id: ``client.id`` of the fetches.
-        max_bytes: ``fetch.message.max.bytes`` per fetch.
-        socket_timeout_ms: ``socket.timeout.ms``.
-        fetch_wait_max_ms: ``fetch.wait.max.ms``.
-        retry_backoff_ms: ``refresh.leader.backoff.ms``: first backoff after a leader change.
-    """
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-    bootstrap_servers: str
-    include_headers: bool = False
-    fail_on_data_loss: bool = True
-    client_id: str = "zkkafka"
-    max_bytes: int = 1048576
-    socket_timeout_ms: int = 30000
-    fetch_wait_max_ms: int = 100
-    retry_backoff_ms: int = 200
-
-
-async def _fetch_range(part: ZkKafkaInputPartition) -> AsyncGenerator[pa.RecordBatch, None]:
-    """Yield the records of ``part`` as Arrow batches of about ``ARROW_BATCH_ROWS`` rows.
-
-    Fetched record sets are parsed straight into columns (:class:`RecordColumns`): no
-    per-record ``MessageAndMetadata`` on this path.
-    """
-    tp = TopicPartition(part.topic, part.partition)
-    columns = RecordColumns(tp, include_headers=part.include_headers)
-    async with SimpleConsumer(
-        part.bootstrap_servers,
-        client_id=part.client_id,
-        socket_timeout_ms=part.socket_timeout_ms,
-        fetch_max_wait_ms=part.fetch_wait_max_ms,
-        retry_backoff_ms=part.retry_backoff_ms,
-    ) as consumer:
-        offset, end = part.start, part.end
-        chunk_bytes = 0
-        empty = 0
-        while offset < end:
-            try:
-                raw = await consumer.fetch_raw(tp, offset, part.max_bytes)
-            except OffsetOutOfRangeError as e:
-                lost = f"offsets of {tp} from {offset} are gone ({e})"
-                if part.fail_on_data_loss:
-                    raise DataLossError(
-                        f"{lost}; set failOnDataLoss=false to skip them instead"
-                    ) from e
-                if e.earliest is not None and offset < e.earliest < end:
-                    log.warning("%s; skipping to %d", lost, e.earliest)
-                    offset = e.earliest
-                    continue
-                log.warning("%s; skipping the rest of [%d, %d)", lost, part.start, end)
-                break
-            next_offset = columns.add_fetch(raw.data, offset, end, part.max_bytes)
-            chunk_bytes += len(raw.data)
-            if len(columns) >= ARROW_BATCH_ROWS or chunk_bytes >= ARROW_BATCH_BYTES:
-                yield columns.take_batch()
-                chunk_bytes = 0
-            if next_offset > offset:
-                offset, empty = next_offset, 0
-                continue
-            if raw.high_watermark <= offset:
-                lost = f"{tp} ends at {raw.high_watermark}, before {end} (log truncated?)"
-                if part.fail_on_data_loss:
-                    raise DataLossError(f"{lost}; set failOnDataLoss=false to skip instead")
-                log.warning("%s; skipping [%d, %d)", lost, offset, end)
-                break
-            empty += 1
-            if empty > _EMPTY_FETCH_RETRIES:
-                raise BrokerNotAvailableError(
-                    f"{tp}: {empty} fetches at offset {offset} returned nothing below the "
-                    f"high watermark {raw.high_watermark}"
-                )
-        if len(columns):
-            yield columns.take_batch()
-
-
-def read_offset_range(part: ZkKafkaInputPartition) -> Iterator[pa.RecordBatch]:
-    """Read ``[part.start, part.end)`` from the partition's leader as Arrow record batches.
-
-    Runs in an executor's Python worker, on a private event loop. Offsets that hold no
-    data record (transaction markers, compacted records) are simply absent.
-
-    Args:
-        part: the range and the connection settings.
-
-    Yields:
-        Record batches in the Kafka source's schema, in offset order.
-
-    Raises:
-        DataLossError: offsets of the range were deleted or the log ends before ``end``
-            (with ``fail_on_data_loss``).
-        BrokerNotAvailableError: the leader could not be reached after retries.
-        ConsumerError: another fetch failure (see ``SimpleConsumer.fetch``).
-    """
-    loop = asyncio.new_event_loop()
-    chunks = _fetch_range(part)
-    try:
-        while True:
-            try:
-                batch = loop.run_until_complete(anext(chunks))
-            except StopAsyncIteration:
-                return
-            yield batch
-    finally:
-        try:
-            loop.run_until_complete(chunks.aclose())
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
 
 
 # -- the Spark data source ------------------------------------------------------------------
