@@ -226,9 +226,7 @@ async def test_fetch_range_spans_many_fetches_and_yields_exactly_the_range(
 
 
 @integration
-async def test_offsets_before_a_timestamp(
-    any_cluster: LocalCluster, unique_topic: str
-) -> None:
+async def test_offsets_before_a_timestamp(any_cluster: LocalCluster, unique_topic: str) -> None:
     cluster = any_cluster
     await cluster.create_topic(unique_topic, 1)
     base = int(time.time() * 1000) - 60_000
@@ -277,9 +275,7 @@ async def test_out_of_range_offsets_raise_naming_the_valid_range(
 
 
 @integration
-async def test_unknown_topic_and_partition(
-    any_cluster: LocalCluster, unique_topic: str
-) -> None:
+async def test_unknown_topic_and_partition(any_cluster: LocalCluster, unique_topic: str) -> None:
     cluster = any_cluster
     async with SimpleConsumer(cluster.bootstrap_servers) as consumer:
         with pytest.raises(UnknownTopicError) as e:
