@@ -430,6 +430,8 @@ class ZkKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # the checkpoint's commit log: commit it to the group now. ``commit(end)`` comes
             # only when batch N+1 is planned with new data, so without this the group would
             # lag a batch behind while the topic is idle, and a handover would replay it.
+            # Synchronously: when the query stops, Spark stops this process without waiting
+            # for the reader's stop(), so a commit left running in the background is lost.
             member.commit(previous)
         if snap.state is not ConnectorState.RUNNING and not (
             snap.state is ConnectorState.REBALANCE_FAILED and not snap.owned
