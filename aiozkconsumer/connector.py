@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
@@ -37,6 +37,7 @@ from .errors import (
     OffsetStorageError,
     ZookeeperConnectionError,
     ZookeeperError,
+    ZookeeperSessionExpiredError,
 )
 from .fetcher import FetcherManager
 from .metrics import ConsumerMetrics
@@ -62,6 +63,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+_CONNECTION_RETRY_PAUSE_S = 0.5
+"""Pause before retrying a ZooKeeper step after connection loss (once connected again)."""
 
 
 class ConnectorState(enum.Enum):
@@ -546,7 +552,7 @@ class ZookeeperConsumerConnector:
 
     async def _subscribe(self, topics: Iterable[str], *, wildcard: bool = False) -> None:
         """Register, start the watches, run the first rebalance, start the workers."""
-        await self._register()
+        await self.retry_across_connection_loss("registration", self._register)
         tg = self.task_group
         await tg.start(self._watch_group)
         for topic in topics:
@@ -612,7 +618,10 @@ class ZookeeperConsumerConnector:
         if self._metadata_from_kafka is None:
             # A ZooKeeper-mode cluster keeps /brokers/ids even while every broker is down
             # (restarting); a KRaft cluster never creates it.
-            zk_mode = await self.zk.exists(layout.BROKER_IDS_PATH)
+            zk_mode = await self.retry_across_connection_loss(
+                f"reading {layout.BROKER_IDS_PATH}",
+                lambda: self.zk.exists(layout.BROKER_IDS_PATH),
+            )
             self._metadata_from_kafka = not zk_mode and bool(self.config.bootstrap_servers)
         return self._metadata_from_kafka
 
@@ -755,6 +764,61 @@ class ZookeeperConsumerConnector:
                     e,
                 )
                 await self.zk.wait_for_state("connected")
+
+    @property
+    def connection_retry_window_s(self) -> float:
+        """How long a ZooKeeper step is retried across connection loss, in seconds.
+
+        ``2 * zookeeper.session.timeout.ms + zookeeper.connection.timeout.ms``: long enough
+        for the session to expire and a new one to be opened once the server is reachable
+        again. The original's ZkClient retried for ever (``retryUntilConnected``).
+        """
+        cfg = self.config
+        return (
+            2 * cfg.zookeeper_session_timeout_ms + cfg.effective_zookeeper_connection_timeout_ms
+        ) / 1000
+
+    async def retry_across_connection_loss(
+        self, what: str, op: Callable[[], Awaitable[_T]]
+    ) -> _T:
+        """Run a ZooKeeper step; after connection loss or session expiry, run it again.
+
+        As the original's ZkClient (``retryUntilConnected``), which blocked a call until
+        the connection was back rather than failing it: the step is retried once the
+        session is connected again, for up to :attr:`connection_retry_window_s`. Only for
+        steps that are safe to repeat.
+
+        Args:
+            what: the step, for the log.
+            op: makes and awaits the step.
+
+        Returns:
+            What ``op`` returned.
+
+        Raises:
+            ZookeeperConnectionError, ZookeeperSessionExpiredError: still failing at the end
+                of the window (or the connector is closing).
+            ZookeeperError: any other ZooKeeper failure, at once.
+        """
+        deadline = anyio.current_time() + self.connection_retry_window_s
+        while True:
+            try:
+                return await op()
+            except (ZookeeperConnectionError, ZookeeperSessionExpiredError) as e:
+                remaining = deadline - anyio.current_time()
+                if remaining <= 0 or self.closing:
+                    raise
+                log.warning(
+                    "[%s] %s: %s; retrying when ZooKeeper is back (for up to %.0f s)",
+                    self.consumer_id_string,
+                    what,
+                    e,
+                    remaining,
+                )
+                with anyio.move_on_after(remaining):
+                    await self.zk.wait_for_state("connected")
+                    # The state may still say connected while requests time out.
+                    await anyio.sleep(min(_CONNECTION_RETRY_PAUSE_S, remaining))
 
     async def _watch_group(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Watch ``/consumers/<group>/ids`` (``ZKRebalancerListener.handleChildChange``)."""

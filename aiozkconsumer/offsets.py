@@ -354,6 +354,8 @@ class OffsetStore(Protocol):
 
 # -- ZooKeeper -------------------------------------------------------------------------
 
+_WRITTEN, _FENCED, _UNCHANGED = object(), object(), object()
+
 
 class ZookeeperOffsetStore:
     """Reads and commits a group's offsets in ZooKeeper (``offsets.storage=zookeeper``).
@@ -449,37 +451,46 @@ class ZookeeperOffsetStore:
                 others were written.
         """
         _check_retries(retries)
-        written = 0
-        fenced: list[TopicPartition] = []
         fences = fences or {}
-        for tp, offset in sorted(offsets.items()):
-            token = fences.get(tp)
-            if offset < 0:
-                continue
-            if self._checkpoint.get(tp) == offset:
-                # Nothing to write; but a fenced member must still learn it lost the partition.
-                if token is not None and not await self._fence_holds(tp, token):
-                    fenced.append(tp)
-                continue
-            path = layout.offset_path(self.group, tp.topic, tp.partition)
-            if token is None:
-                await self.zk.set_or_create(path, layout.encode_offset(offset))
-            elif not await self.zk.fenced_write(
-                path,
-                layout.encode_offset(offset),
-                layout.fencing_path(self.group, tp.topic, tp.partition),
-                token,
-            ):
-                fenced.append(tp)
-                continue
-            self._checkpoint[tp] = offset
-            written += 1
+        todo = sorted((tp, o) for tp, o in offsets.items() if o >= 0)
+        # One request per partition, all in flight at once (ZooKeeper applies one session's
+        # requests in order and groups their log writes): a commit of n partitions takes
+        # about one round trip, not n.
+        outcomes = await asyncio.gather(
+            *(self._commit_one(tp, offset, fences.get(tp)) for tp, offset in todo),
+            return_exceptions=True,
+        )
+        written = sum(1 for outcome in outcomes if outcome is _WRITTEN)
+        fenced = [tp for (tp, _), outcome in zip(todo, outcomes, strict=True) if outcome is _FENCED]
         self.commits += written
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        if errors:
+            raise errors[0]
         if fenced:
             raise CommitFencedError(self.group, fenced)
         if written:
             log.debug("committed %d offsets of group %s to ZooKeeper", written, self.group)
         return written
+
+    async def _commit_one(self, tp: TopicPartition, offset: int, token: int | None) -> object:
+        """Write one partition's offset node; ``_WRITTEN``, ``_FENCED`` or ``_UNCHANGED``."""
+        if self._checkpoint.get(tp) == offset:
+            # Nothing to write; but a fenced member must still learn it lost the partition.
+            if token is not None and not await self._fence_holds(tp, token):
+                return _FENCED
+            return _UNCHANGED
+        path = layout.offset_path(self.group, tp.topic, tp.partition)
+        if token is None:
+            await self.zk.set_or_create(path, layout.encode_offset(offset))
+        elif not await self.zk.fenced_write(
+            path,
+            layout.encode_offset(offset),
+            layout.fencing_path(self.group, tp.topic, tp.partition),
+            token,
+        ):
+            return _FENCED
+        self._checkpoint[tp] = offset
+        return _WRITTEN
 
     async def _fence_holds(self, tp: TopicPartition, token: int) -> bool:
         got = await self.zk.get(layout.fencing_path(self.group, tp.topic, tp.partition))

@@ -37,7 +37,9 @@ from .errors import (
     ConsumerRebalanceFailedError,
     MalformedZookeeperDataError,
     OffsetStorageError,
+    ZookeeperConnectionError,
     ZookeeperError,
+    ZookeeperSessionExpiredError,
 )
 from .records import PartitionTopicInfo, TopicPartition
 from .subscription import ConsumerThreadId, TopicCount, construct_topic_count
@@ -143,6 +145,11 @@ class Rebalancer:
     async def _synced_rebalance(self, reason: str) -> None:
         """Run up to ``rebalance.max.retries`` attempts (``syncedRebalance``).
 
+        An attempt cut short by ZooKeeper connection loss or session expiry does not use up
+        one of them: the next one starts when the session is connected again, within the
+        connector's ``connection_retry_window_s`` (the original's ZkClient blocked the
+        attempt until the connection was back).
+
         Raises:
             ConsumerRebalanceFailedError: no attempt succeeded. The consumer then owns no
                 partition and fetches nothing; it stays registered, and the next trigger
@@ -153,7 +160,10 @@ class Rebalancer:
         started, t0 = time.time(), time.monotonic()
         backoff_s = cfg.effective_rebalance_backoff_ms / 1000
         last_error: BaseException | None = None
-        for attempt in range(1, cfg.rebalance_max_retries + 1):
+        connection_deadline: float | None = None
+        attempt = 0
+        while attempt < cfg.rebalance_max_retries:
+            attempt += 1
             if c.closing:
                 return
             log.info(
@@ -176,6 +186,16 @@ class Rebalancer:
             # else can take them) and waits before the next one.
             self.failed_attempts += 1
             c.rebalance_attempt_failed()
+            if isinstance(last_error, (ZookeeperConnectionError, ZookeeperSessionExpiredError)):
+                now = anyio.current_time()
+                if connection_deadline is None:
+                    connection_deadline = now + c.connection_retry_window_s
+                if now < connection_deadline and not c.closing:
+                    attempt -= 1  # lost to the connection, not to the group: not counted
+                    with anyio.move_on_after(connection_deadline - now):
+                        await c.zk.wait_for_state("connected")
+                        await anyio.sleep(backoff_s)
+                    continue
             try:
                 if blocking:
                     await c.zk.wait_deleted(blocking, backoff_s)

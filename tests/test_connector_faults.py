@@ -6,6 +6,8 @@ These tests stop and restart servers, so they run on a cluster of their own.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -256,3 +258,64 @@ async def test_zombie_paused_past_its_session_commits_nothing_and_hands_out_noth
         assert data is not None and layout.decode_offset(data) == 100
     finally:
         await zk.close()
+
+
+@pytest.fixture(scope="module")
+def linked_cluster() -> Iterator[LocalCluster]:
+    """A cluster whose clients reach ZooKeeper through a proxy that a test can black-hole."""
+    cluster = LocalCluster(proxy_links=1)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(cluster.start())
+        yield cluster
+    finally:
+        loop.run_until_complete(cluster.stop())
+        loop.close()
+
+
+class _LogEvent(logging.Handler):
+    """Sets an event when a log message contains ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.event = anyio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.event.set()
+
+
+async def test_registration_rides_over_a_zookeeper_link_cut(
+    linked_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    await _topic(linked_cluster, unique_topic, 2, 5)
+    link = linked_cluster.link(0)
+    config = dataclasses.replace(
+        config_for(linked_cluster, unique_group_id, zookeeper_session_timeout_ms=10000),
+        zookeeper_connect=link.zookeeper_connect,
+    )
+    retrying = _LogEvent("registration: ")
+    logger = logging.getLogger("aiozkconsumer.connector")
+    logger.addHandler(retrying)
+    try:
+        async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
+            await link.cut("zookeeper")  # requests now time out, as in a network partition
+            created = anyio.Event()
+
+            async def create() -> None:
+                await c.create_message_streams({unique_topic: 1})
+                created.set()
+
+            tg.start_soon(create)
+            with anyio.fail_after(60):
+                await retrying.event.wait()  # the registration failed and is being retried
+            await link.heal("zookeeper")
+            with anyio.fail_after(60):
+                await created.wait()
+            assert c.state is ConnectorState.RUNNING
+            assert len(c.statistics().owned_partitions) == 2
+            got = await c.zk.get(layout.ids_path(unique_group_id, c.consumer_id_string))
+            assert got is not None and got[1].ephemeral_owner == c.zk.session_id
+    finally:
+        logger.removeHandler(retrying)
