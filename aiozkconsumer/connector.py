@@ -778,9 +778,7 @@ class ZookeeperConsumerConnector:
             2 * cfg.zookeeper_session_timeout_ms + cfg.effective_zookeeper_connection_timeout_ms
         ) / 1000
 
-    async def retry_across_connection_loss(
-        self, what: str, op: Callable[[], Awaitable[_T]]
-    ) -> _T:
+    async def retry_across_connection_loss(self, what: str, op: Callable[[], Awaitable[_T]]) -> _T:
         """Run a ZooKeeper step; after connection loss or session expiry, run it again.
 
         As the original's ZkClient (``retryUntilConnected``), which blocked a call until
