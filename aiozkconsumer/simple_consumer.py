@@ -40,7 +40,14 @@ from .errors import (
 from .metrics import ConsumerMetrics
 from .records import MessageAndMetadata, TopicPartition
 
-__all__ = ["FetchResult", "RawFetchResult", "SimpleConsumer", "parse_records"]
+__all__ = [
+    "FetchResult",
+    "RawFetchResult",
+    "SimpleConsumer",
+    "corrupt_record_error",
+    "message_too_large_error",
+    "parse_records",
+]
 
 log = logging.getLogger(__name__)
 
@@ -151,16 +158,28 @@ def parse_records(
                     )
                 )
     except kafka_errors.CorruptRecordException as e:
-        raise CorruptRecordError(
-            f"corrupt record batch in partition {tp} after offset {next_offset}: {e}"
-        ) from e
+        raise corrupt_record_error(tp, next_offset, e) from e
     if not complete:
-        raise MessageSizeTooLargeError(
-            f"Found a message larger than the maximum fetch size ({max_bytes} bytes) on "
-            f"partition {tp} at offset {fetch_offset}. Increase the fetch size, or decrease "
-            "the maximum message size the broker will allow."
-        )
+        raise message_too_large_error(tp, fetch_offset, max_bytes)
     return records, next_offset
+
+
+def corrupt_record_error(tp: TopicPartition, after: int, cause: Exception) -> CorruptRecordError:
+    """The error for a record batch of ``tp`` after offset ``after`` that does not parse."""
+    return CorruptRecordError(
+        f"corrupt record batch in partition {tp} after offset {after}: {cause}"
+    )
+
+
+def message_too_large_error(
+    tp: TopicPartition, fetch_offset: int, max_bytes: int
+) -> MessageSizeTooLargeError:
+    """The error for fetched data without a complete batch (the original's wording)."""
+    return MessageSizeTooLargeError(
+        f"Found a message larger than the maximum fetch size ({max_bytes} bytes) on "
+        f"partition {tp} at offset {fetch_offset}. Increase the fetch size, or decrease "
+        "the maximum message size the broker will allow."
+    )
 
 
 class SimpleConsumer:

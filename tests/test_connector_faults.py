@@ -22,9 +22,8 @@ from aiozkconsumer.zk import layout
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module", params=["zookeeper", "kraft"], ids=["zk", "kraft"])
-def fault_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(flavour=request.param)
+def _running(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """Start ``cluster`` in a private loop, yield it, stop it."""
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(cluster.start())
@@ -32,6 +31,11 @@ def fault_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     finally:
         loop.run_until_complete(cluster.stop())
         loop.close()
+
+
+@pytest.fixture(scope="module", params=["zookeeper", "kraft"], ids=["zk", "kraft"])
+def fault_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    yield from _running(LocalCluster(flavour=request.param))
 
 
 async def _topic(cluster: LocalCluster, name: str, partitions: int, per_partition: int) -> None:
@@ -263,14 +267,7 @@ async def test_zombie_paused_past_its_session_commits_nothing_and_hands_out_noth
 @pytest.fixture(scope="module")
 def linked_cluster() -> Iterator[LocalCluster]:
     """A cluster whose clients reach ZooKeeper through a proxy that a test can black-hole."""
-    cluster = LocalCluster(proxy_links=1)
-    loop = asyncio.new_event_loop()
-    try:
-        loop.run_until_complete(cluster.start())
-        yield cluster
-    finally:
-        loop.run_until_complete(cluster.stop())
-        loop.close()
+    yield from _running(LocalCluster(proxy_links=1))
 
 
 class _LogEvent(logging.Handler):

@@ -22,8 +22,8 @@ from aiokafka import errors as kafka_errors
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 
-from ..errors import CorruptRecordError, MessageSizeTooLargeError
 from ..records import TopicPartition
+from ..simple_consumer import corrupt_record_error, message_too_large_error
 from .schema import arrow_schema
 
 __all__ = ["RecordColumns"]
@@ -141,15 +141,9 @@ class RecordColumns:
                 if added:
                     self._type_runs.append((batch.timestamp_type, added))
         except kafka_errors.CorruptRecordException as e:
-            raise CorruptRecordError(
-                f"corrupt record batch in partition {self.tp} after offset {next_offset}: {e}"
-            ) from e
+            raise corrupt_record_error(self.tp, next_offset, e) from e
         if not complete:
-            raise MessageSizeTooLargeError(
-                f"Found a message larger than the maximum fetch size ({max_bytes} bytes) on "
-                f"partition {self.tp} at offset {fetch_offset}. Increase the fetch size, or "
-                "decrease the maximum message size the broker will allow."
-            )
+            raise message_too_large_error(self.tp, fetch_offset, max_bytes)
         return next_offset
 
     def _add_legacy(self, batch: Any, fetch_offset: int, end: int) -> None:
