@@ -205,6 +205,114 @@ async def make_topic(cluster: Any, topic: str, partitions: int, records: int, si
     await cluster.produce_to_partitions(topic, per)
 
 
+# -- the floor: a Python data source that reads nothing -------------------------------------
+
+
+def floor_df(spark: Any, cluster: Any, topic: str, max_offsets: int) -> Any:
+    """The same rows as the topic, made up in the executors: no Kafka, no ZooKeeper.
+
+    What any PySpark Python streaming source costs at the least on this machine (its planning
+    process, Arrow from the Python workers into the JVM), for comparison with ``zkkafka``.
+    """
+    del cluster
+    return (
+        spark.readStream.format("python-floor")
+        .option("records", str(_FLOOR[topic]))
+        .option("partitions", str(_FLOOR["partitions"]))
+        .option("valueBytes", str(_FLOOR["value_bytes"]))
+        .option("maxOffsetsPerTrigger", str(max_offsets))
+        .load()
+    )
+
+
+_FLOOR: dict[str, int] = {}
+
+
+def register_floor(spark: Any, records: dict[str, int], partitions: int, value_bytes: int) -> None:
+    """Register the ``python-floor`` source (defined here, pickled by value to the workers).
+
+    ``records`` gives, per topic name, how many rows the source makes up in its stead.
+    """
+    import numpy as np
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import (
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    from aiozkconsumer.spark import KAFKA_SCHEMA, arrow_schema
+
+    _FLOOR.update(records, partitions=partitions, value_bytes=value_bytes)
+
+    class Range(InputPartition):
+        def __init__(self, partition: int, start: int, end: int) -> None:
+            self.partition, self.start, self.end = partition, start, end
+
+    class Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, options: Any) -> None:
+            self.total = int(options["records"])
+            self.parts = int(options["partitions"])
+            self.value_bytes = int(options["valueBytes"])
+            self.limit = int(options["maxOffsetsPerTrigger"])
+
+        def initialOffset(self) -> dict[str, int]:
+            return {"next": 0}
+
+        def getDefaultReadLimit(self) -> Any:
+            return ReadMaxRows(self.limit)
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
+        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+            step = limit.max_rows if isinstance(limit, ReadMaxRows) else self.total
+            return {"next": min(self.total, start["next"] + step)}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+            first, last = start["next"], end["next"]
+            step = -(-(last - first) // self.parts)
+            return [
+                Range(i, a, min(last, a + step)) for i, a in enumerate(range(first, last, step))
+            ]
+
+        def read(self, part: Any) -> Any:
+            schema = arrow_schema(False)
+            value = b"x" * self.value_bytes
+            offset = part.start
+            while offset < part.end:
+                n = min(32768, part.end - offset)
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        pa.array([b"%d" % i for i in range(offset, offset + n)], pa.binary()),
+                        pa.array([value] * n, pa.binary()),
+                        pa.array(["floor"] * n, pa.string()),
+                        pa.array(np.full(n, part.partition, np.int32)),
+                        pa.array(np.arange(offset, offset + n, dtype=np.int64)),
+                        pa.array(
+                            np.full(n, time.time_ns() // 1000, np.int64),
+                            schema.field("timestamp").type,
+                        ),
+                        pa.array(np.zeros(n, np.int32)),
+                    ],
+                    schema=schema,
+                )
+                offset += n
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "python-floor"
+
+        def schema(self) -> Any:
+            return KAFKA_SCHEMA
+
+        def streamReader(self, schema: Any) -> Any:
+            return Reader(self.options)
+
+    spark.dataSource.register(Floor)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=500_000)
@@ -218,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--token-provider-version",
         help="spark-token-provider-kafka-0-10 version (default: the connector's)",
+    )
+    parser.add_argument(
+        "--with-floor",
+        action="store_true",
+        help="also run a Python data source that reads nothing (the Python source floor)",
     )
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -266,6 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         sources = {"zkkafka": zkkafka_df, "kafka": kafka_df}
+        if args.with_floor:
+            counts = {topic: args.records, warm: 10_000}
+            register_floor(spark, counts, args.partitions, args.value_bytes)
+            sources["python-floor"] = floor_df
         for name, make in sources.items():
             run_query(spark, make(spark, cluster, warm, args.max_offsets_per_trigger), 10_000, name)
         runs: list[Run] = []
@@ -285,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in sources
     }
     ratio = best["zkkafka"].records_per_s / best["kafka"].records_per_s
+    floor = best.get("python-floor")
     result = {
         "pyspark": pyspark.__version__,
         "spark_sql_kafka": connector_version,
@@ -303,6 +421,10 @@ def main(argv: list[str] | None = None) -> int:
         "zkkafka_records_per_s": best["zkkafka"].records_per_s,
         "kafka_records_per_s": best["kafka"].records_per_s,
         "ratio_zkkafka_to_kafka": round(ratio, 3),
+        "python_floor_records_per_s": floor.records_per_s if floor else None,
+        "ratio_zkkafka_to_python_floor": (
+            round(best["zkkafka"].records_per_s / floor.records_per_s, 3) if floor else None
+        ),
     }
     (out_dir / "spark_bench.json").write_text(json.dumps(result, indent=2) + "\n")
     table = [
@@ -321,11 +443,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.partitions} partitions, {args.value_bytes}-byte values\n\n"
     )
     footer = f"\n\nzkkafka / kafka = {ratio:.2f}\n"
+    if floor is not None:
+        footer += (
+            f"zkkafka / python-floor = {best['zkkafka'].records_per_s / floor.records_per_s:.2f}\n"
+        )
     (out_dir / "spark_bench.md").write_text(header + "\n".join(table) + footer)
     print(header + "\n".join(table) + footer)
     print(f"zkkafka: {best['zkkafka'].records_per_s:,.0f} records/s")
     print(f"kafka:   {best['kafka'].records_per_s:,.0f} records/s")
     print(f"ratio zkkafka/kafka: {ratio:.2f}")
+    if floor is not None:
+        print(f"python-floor (reads nothing): {floor.records_per_s:,.0f} records/s")
     print(f"wrote {out_dir / 'spark_bench.json'} and {out_dir / 'spark_bench.md'}")
     return 0
 
