@@ -16,6 +16,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from .._loops import close_loop
+
 __all__ = ["LoopThread"]
 
 log = logging.getLogger(__name__)
@@ -47,15 +49,7 @@ class LoopThread:
         try:
             loop.run_forever()
         finally:
-            try:
-                pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-                for task in pending:
-                    task.cancel()
-                if pending:
-                    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
+            close_loop(loop)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

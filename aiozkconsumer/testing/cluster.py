@@ -85,6 +85,7 @@ from aiozk import ZKClient
 from aiozk import exc as zk_exc
 from aiozk.states import States
 
+from aiozkconsumer._loops import close_loop
 from aiozkconsumer.errors import (
     BrokerNotAvailableError,
     ConsumerError,
@@ -666,13 +667,7 @@ class _ProxyHost:
         try:
             loop.run_forever()
         finally:
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
+            close_loop(loop)
 
     def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
         """Schedule ``coro`` in the proxies' loop.

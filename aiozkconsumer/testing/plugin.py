@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import pytest
 from aiozk import ZKClient
 
+from aiozkconsumer._loops import close_loop
 from aiozkconsumer.testing.cluster import LocalCluster, LocalClusterError, _close_zk
 from aiozkconsumer.testing.provision import FLAVOURS
 
@@ -87,16 +88,7 @@ def _run(coro: Coroutine[Any, Any, _T]) -> _T:
     try:
         return loop.run_until_complete(coro)
     finally:
-        try:
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
-        finally:
-            loop.close()
+        close_loop(loop, shutdown_executor=True)
 
 
 def _broker_count() -> int:

@@ -361,13 +361,7 @@ class ZkClient:
         got = await self.get(path)
         if got is None or got[1].ephemeral_owner != self.session_id:
             return False
-        try:
-            await self._call(path, self._zk.delete(path, force=True))
-            return True
-        except ZookeeperError as e:
-            if isinstance(e.__cause__, zk_exc.NoNode):
-                return False
-            raise
+        return await self.delete(path)
 
     @property
     def negotiated_timeout_s(self) -> float:
