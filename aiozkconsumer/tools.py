@@ -22,13 +22,14 @@ broker and ``bootstrap_servers`` is given (a KRaft cluster), as the connector's
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 
@@ -49,6 +50,8 @@ from .records import MessageAndMetadata, TopicPartition
 from .subscription import TopicFilter, construct_topic_count
 from .zk import layout
 from .zk.client import ZkClient
+
+_V = TypeVar("_V")
 
 __all__ = [
     "ConsoleConsumer",
@@ -733,16 +736,7 @@ class GroupAdmin:
 
     async def owners(self, group: str, topic: str) -> dict[int, str]:
         """Partition -> owner node value of a topic's owned partitions."""
-        directory = layout.owners_dir(group, topic)
-        result: dict[int, str] = {}
-        for child in await self.zk.get_children(directory) or []:
-            if not child.isdigit():
-                continue
-            path = f"{directory}/{child}"
-            data = await self.zk.get_data(path)
-            if data is not None:
-                result[int(child)] = layout.decode_owner(data, path)
-        return result
+        return await self._partition_nodes(layout.owners_dir(group, topic), layout.decode_owner)
 
     async def zookeeper_offsets(self, group: str, topic: str) -> dict[int, int]:
         """Partition -> committed offset stored in ZooKeeper for one topic of a group.
@@ -750,16 +744,20 @@ class GroupAdmin:
         Raises:
             MalformedZookeeperDataError: an offset node does not hold a decimal number.
         """
-        directory = layout.offsets_dir(group, topic)
-        result: dict[int, int] = {}
-        for child in await self.zk.get_children(directory) or []:
-            if not child.isdigit():
-                continue
-            path = f"{directory}/{child}"
-            data = await self.zk.get_data(path)
-            if data is not None:
-                result[int(child)] = layout.decode_offset(data, path)
-        return result
+        return await self._partition_nodes(layout.offsets_dir(group, topic), layout.decode_offset)
+
+    async def _partition_nodes(
+        self, directory: str, decode: Callable[[bytes, str], _V]
+    ) -> dict[int, _V]:
+        """Partition -> decoded data of the numbered children of ``directory``, read at once."""
+        children = [c for c in await self.zk.get_children(directory) or [] if c.isdigit()]
+        paths = [f"{directory}/{c}" for c in children]
+        datas = await asyncio.gather(*(self.zk.get_data(path) for path in paths))
+        return {
+            int(child): decode(data, path)
+            for child, path, data in zip(children, paths, datas, strict=True)
+            if data is not None
+        }
 
     async def describe_group(
         self,
