@@ -796,3 +796,31 @@ def test_batch_handed_out_before_a_freeze_and_logged_after_it_is_not_an_overlap(
     late["handed_out_by"] = 3.4
     result = check(produced({0: 20}), [*events, late])
     assert result.ok, result.summary()
+
+
+def _cut_off_history(late_delivery: bool) -> list[dict[str, Any]]:
+    """a is cut off from ZooKeeper (its session expires unseen) until it is stopped at 9."""
+    events = [
+        assigned(1, "a", {0: -1}),
+        consumed(2, "a", 0, 0, 4),
+        committed(2.5, "a", {0: 5}),
+        assigned(6, "b", {0: 5}, session="0x9"),  # a's owner node is gone: its session expired
+        consumed(6.5, "b", 0, 5, 19, session="0x9"),
+        revoked(9, "a", [0]),  # a never learnt: it gives the partition up when stopped
+        shutdown(9.1, "a"),
+        shutdown(10, "b", session="0x9"),
+    ]
+    if late_delivery:
+        events.append(consumed(7, "a", 0, 5, 9))  # a hands records out after b's claim
+    return events
+
+
+def test_member_cut_off_until_stopped_holds_until_its_last_delivery() -> None:
+    result = check(produced({0: 20}), _cut_off_history(late_delivery=False))
+    assert result.ok, result.summary()
+
+
+def test_member_cut_off_delivering_after_the_new_claim_overlaps() -> None:
+    result = check(produced({0: 20}), _cut_off_history(late_delivery=True))
+    assert AnomalyKind.OWNERSHIP_OVERLAP in kinds(result), result.summary()
+    assert "a" in {a.member for a in result.by_kind()[AnomalyKind.OWNERSHIP_OVERLAP]}

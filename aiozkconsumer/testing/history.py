@@ -54,7 +54,10 @@ not be blamed for the new owner's deliveries, while a zombie that does hand reco
 the new owner claimed is caught: those deliveries fall inside the new owner's holding (and,
 after its ``state: suspended`` event, outside its own ownership). Epochs that ended by a
 ``revoked`` or ``shutdown`` event (the member was alive and kept its owner nodes until then)
-hold until that event.
+hold until that event — unless another incarnation was assigned the partition while the epoch
+was still open. Owner nodes are exclusive ephemeral nodes, so that claim proves the epoch's
+session had expired although the member never learnt it (cut off from ZooKeeper until it was
+stopped): such a *superseded* epoch holds until its last delivery too, like a session loss.
 
 The rules (one anomaly kind each)
 ---------------------------------
@@ -447,11 +450,13 @@ class _Epoch:
     last_index: int | None = None
     delivered_any: bool = False
     last_delivery_ts: float | None = None
+    superseded: bool = False
+    """Another incarnation was assigned the partition while this epoch was open."""
 
     @property
     def hold_end(self) -> float:
         """Until when the epoch holds the partition, for judging other members' deliveries."""
-        if self.end_reason in _LOST_REASONS:
+        if self.end_reason in _LOST_REASONS or self.superseded:
             last = self.last_delivery_ts if self.last_delivery_ts is not None else self.start
             return min(self.end, max(self.start, last))
         return self.end
@@ -821,6 +826,13 @@ class _Checker:
         by_tp: dict[TopicPartitionKey, list[_Epoch]] = {}
         for epoch in self.epochs:
             by_tp.setdefault(epoch.tp, []).append(epoch)
+        for epochs in by_tp.values():
+            for epoch in epochs:
+                epoch.superseded = any(
+                    epoch.start < other.start < epoch.end
+                    and (other.member, other.incarnation) != (epoch.member, epoch.incarnation)
+                    for other in epochs
+                )
         overlaps: dict[tuple[int, int], list[_Delivery]] = {}
         for d in self.deliveries:
             epoch = d.epoch
