@@ -116,6 +116,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _HOST = "127.0.0.1"
+_CREATE_TOPIC_ATTEMPTS = 4
+_CREATE_TOPIC_BACKOFF_S = 1.0
 _CLIENT_ID = "aiozkconsumer-testing"
 _UNKNOWN_TOPIC_OR_PARTITION = 3
 # aiokafka's producer sends one request per broker at a time, one batch per partition in
@@ -1254,28 +1256,48 @@ class LocalCluster:
             BrokerNotAvailableError: if no broker can be reached.
         """
         self._require_running()
-        admin = AIOKafkaAdminClient(
-            bootstrap_servers=self._live_bootstrap(),
-            client_id=_CLIENT_ID,
-            request_timeout_ms=int(_REQUEST_TIMEOUT_S * 1000),
-        )
-        try:
-            await admin.start()
-            response = await admin.create_topics(
-                [NewTopic(name, partitions, replication_factor, topic_configs=dict(config or {}))]
+        for attempt in range(1, _CREATE_TOPIC_ATTEMPTS + 1):
+            admin = AIOKafkaAdminClient(
+                bootstrap_servers=self._live_bootstrap(),
+                client_id=_CLIENT_ID,
+                request_timeout_ms=int(_REQUEST_TIMEOUT_S * 1000),
             )
-        except kafka_errors.KafkaConnectionError as exc:
-            raise BrokerNotAvailableError(f"cannot reach Kafka: {exc}") from exc
-        except kafka_errors.KafkaError as exc:
-            raise LocalClusterError(f"creating topic {name!r} failed: {exc!r}") from exc
-        finally:
-            await _bounded_close(admin.close(), time_limit=_CLOSE_TIMEOUT_S, what="admin client")
-        for entry in response.topic_errors:
-            code = int(entry[1])
-            if code != 0:
-                message = entry[2] if len(entry) > 2 and entry[2] else ""
-                error = kafka_errors.for_code(code).__name__
-                raise LocalClusterError(f"creating topic {name!r} failed: {error} {message}")
+            try:
+                await admin.start()
+                response = await admin.create_topics(
+                    [
+                        NewTopic(
+                            name, partitions, replication_factor, topic_configs=dict(config or {})
+                        )
+                    ]
+                )
+            except kafka_errors.KafkaConnectionError as exc:
+                raise BrokerNotAvailableError(f"cannot reach Kafka: {exc}") from exc
+            except kafka_errors.KafkaError as exc:
+                raise LocalClusterError(f"creating topic {name!r} failed: {exc!r}") from exc
+            finally:
+                await _bounded_close(
+                    admin.close(), time_limit=_CLOSE_TIMEOUT_S, what="admin client"
+                )
+            errors = [
+                (kafka_errors.for_code(int(entry[1])), entry[2] if len(entry) > 2 else "")
+                for entry in response.topic_errors
+                if int(entry[1]) != 0
+            ]
+            if attempt > 1 and errors and errors[0][0] is kafka_errors.TopicAlreadyExistsError:
+                break  # an earlier attempt created it after all
+            if not errors:
+                break
+            error, message = errors[0]
+            # A controller that ZooKeeper or a broker restart has just replaced may answer
+            # UNKNOWN_SERVER_ERROR or a retriable error for a moment.
+            transient = error is kafka_errors.UnknownError or getattr(error, "retriable", False)
+            if not transient or attempt == _CREATE_TOPIC_ATTEMPTS:
+                raise LocalClusterError(
+                    f"creating topic {name!r} failed: {error.__name__} {message or ''}".rstrip()
+                )
+            log.info("creating topic %r: %s; retrying", name, error.__name__)
+            await asyncio.sleep(_CREATE_TOPIC_BACKOFF_S * attempt)
         await self._wait_topic_ready(name, partitions)
 
     async def produce(
