@@ -37,9 +37,11 @@ from .errors import (
     OffsetOutOfRangeError,
     OffsetStorageError,
     UnknownTopicError,
+    ZookeeperBadVersionError,
     ZookeeperConnectionError,
     ZookeeperError,
     ZookeeperNodeExistsError,
+    ZookeeperNoNodeError,
     ZookeeperSessionExpiredError,
 )
 from .metrics import ConsumerMetrics
@@ -90,7 +92,9 @@ __all__ = [
     "ZookeeperConnectionError",
     "ZookeeperConsumerConnector",
     "ZookeeperError",
+    "ZookeeperBadVersionError",
     "ZookeeperNodeExistsError",
+    "ZookeeperNoNodeError",
     "ZookeeperSessionExpiredError",
     "__version__",
 ]

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar
 
+import anyio
 from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.offset import OffsetRequest
@@ -34,12 +35,16 @@ from .zk.client import ZkClient
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "ClusterView",
     "KafkaClient",
+    "metadata_source",
     "read_brokers",
     "read_partitions_for_topics",
 ]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 EARLIEST = -2
 """ListOffsets timestamp asking for the log start offset (``OffsetRequest.EarliestTime``)."""
@@ -283,3 +288,175 @@ class KafkaClient:
 
     def __repr__(self) -> str:
         return f"<KafkaClient {self.bootstrap_servers} [{'started' if self._started else 'new'}]>"
+
+
+def metadata_source(
+    configured: str, broker_ids_exists: bool, bootstrap_servers: str | None
+) -> Literal["zookeeper", "kafka"]:
+    """Where topics, partitions and brokers come from: the one rule (pure).
+
+    Args:
+        configured: ``cluster.metadata.source``: ``"zookeeper"``, ``"kafka"`` or ``"auto"``.
+        broker_ids_exists: whether ``/brokers/ids`` exists in ZooKeeper. A ZooKeeper-mode
+            cluster keeps that node even while every broker is down (restarting); a KRaft
+            cluster never creates it. Its children are *not* the test: they vanish while the
+            brokers restart, and a ZooKeeper-mode cluster must not be switched to Kafka
+            metadata then.
+        bootstrap_servers: ``bootstrap.servers`` (``None`` or empty when unset).
+
+    Returns:
+        ``"kafka"`` when configured so, or with ``auto`` on a cluster without
+        ``/brokers/ids`` when ``bootstrap.servers`` is set; ``"zookeeper"`` otherwise.
+    """
+    if configured in ("zookeeper", "kafka"):
+        return configured  # type: ignore[return-value]
+    return "kafka" if not broker_ids_exists and bootstrap_servers else "zookeeper"
+
+
+class ClusterView:
+    """One view of the cluster: brokers, topics and partitions, and the Kafka client.
+
+    Used by the connector, the tools and the Spark source alike, so that the decision
+    "metadata from ZooKeeper ``/brokers`` or from Kafka" (:func:`metadata_source`) is made in
+    one place, once per view. The Kafka client is started on first need, from
+    ``bootstrap_servers`` or else from the brokers registered in ZooKeeper.
+
+    Args:
+        zk: the ZooKeeper session (started by the owner).
+        source: ``cluster.metadata.source`` (``auto``, ``zookeeper`` or ``kafka``).
+        bootstrap_servers: ``bootstrap.servers``, ``host:port[,...]``, or ``None``.
+        client_id: ``client.id`` of Kafka requests.
+        request_timeout_ms: ``socket.timeout.ms`` of Kafka requests.
+        retry_backoff_ms: ``refresh.leader.backoff.ms``.
+        retry: runs a ZooKeeper step, retrying it across connection loss (the connector's
+            ``retry_across_connection_loss``); default: run it once.
+    """
+
+    def __init__(
+        self,
+        zk: ZkClient,
+        *,
+        source: str = "auto",
+        bootstrap_servers: str | None = None,
+        client_id: str = "aiozkconsumer",
+        request_timeout_ms: int = 30000,
+        retry_backoff_ms: int = 200,
+        retry: Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]] | None = None,
+    ) -> None:
+        self.zk = zk
+        self.source = source
+        self.bootstrap_servers = bootstrap_servers or None
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._retry = retry
+        self._from_kafka: bool | None = None
+        self._kafka: KafkaClient | None = None
+        self._kafka_lock = anyio.Lock()
+
+    @property
+    def kafka_client(self) -> KafkaClient | None:
+        """The Kafka client if started, else ``None`` (never starts one)."""
+        return self._kafka
+
+    async def _zk_step(self, what: str, op: Callable[[], Awaitable[_T]]) -> _T:
+        if self._retry is None:
+            return await op()
+        result: _T = await self._retry(what, op)
+        return result
+
+    async def metadata_from_kafka(self) -> bool:
+        """Whether topics and partitions come from Kafka metadata (decided once).
+
+        Raises:
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
+        if self._from_kafka is None:
+            exists = await self._zk_step(
+                f"reading {layout.BROKER_IDS_PATH}",
+                lambda: self.zk.exists(layout.BROKER_IDS_PATH),
+            )
+            self._from_kafka = (
+                metadata_source(self.source, exists, self.bootstrap_servers) == "kafka"
+            )
+        return self._from_kafka
+
+    async def brokers(self) -> list[layout.BrokerInfo]:
+        """The brokers registered in ZooKeeper, sorted by id (empty on a KRaft cluster).
+
+        Raises:
+            MalformedZookeeperDataError: a broker node does not parse.
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
+        return await read_brokers(self.zk)
+
+    async def kafka(self, brokers: Iterable[layout.BrokerInfo] | None = None) -> KafkaClient:
+        """The Kafka client, started on first use (one, however many tasks ask at once).
+
+        Args:
+            brokers: brokers already read from ZooKeeper, to bootstrap from when
+                ``bootstrap_servers`` is unset (read afresh when ``None``).
+
+        Raises:
+            NoBrokersError: no ``bootstrap_servers`` and no broker under ``/brokers/ids``.
+            KafkaConnectionError: no broker answered.
+        """
+        async with self._kafka_lock:
+            if self._kafka is None:
+                servers = self.bootstrap_servers
+                if not servers:
+                    found = list(brokers) if brokers is not None else await self.brokers()
+                    if not found:
+                        raise NoBrokersError(
+                            f"no brokers found in ZooKeeper under {layout.BROKER_IDS_PATH} "
+                            "and bootstrap.servers is not set"
+                        )
+                    servers = bootstrap_from_brokers(found)
+                kafka = KafkaClient(
+                    servers,
+                    client_id=self.client_id,
+                    request_timeout_ms=self.request_timeout_ms,
+                    retry_backoff_ms=self.retry_backoff_ms,
+                )
+                try:
+                    await kafka.start()
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        await kafka.close()
+                    raise
+                self._kafka = kafka
+            return self._kafka
+
+    async def all_topics(self) -> list[str]:
+        """Every topic of the cluster, sorted (``/brokers/topics`` or Kafka metadata).
+
+        Raises:
+            NoBrokersError, KafkaConnectionError: Kafka metadata was needed and unavailable.
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
+        if await self.metadata_from_kafka():
+            return sorted(await (await self.kafka()).all_topics())
+        return sorted(await self.zk.get_children(layout.BROKER_TOPICS_PATH) or [])
+
+    async def partitions_for_topics(self, topics: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """The sorted partition ids of each topic; an unknown topic has none.
+
+        Raises:
+            MalformedZookeeperDataError: a topic node does not parse.
+            NoBrokersError, KafkaConnectionError: Kafka metadata was needed and unavailable.
+        """
+        topics = sorted(set(topics))
+        if await self.metadata_from_kafka():
+            return await (await self.kafka()).partitions_for_topics(topics)
+        return await read_partitions_for_topics(self.zk, topics)
+
+    async def close(self) -> None:
+        """Close the Kafka client, if started (bounded; never raises)."""
+        kafka, self._kafka = self._kafka, None
+        if kafka is not None:
+            with anyio.CancelScope(shield=True):
+                await kafka.close()
+
+    def __repr__(self) -> str:
+        source = {None: "undecided", True: "kafka", False: "zookeeper"}[self._from_kafka]
+        return f"<ClusterView [{source}] kafka={self._kafka!r}>"

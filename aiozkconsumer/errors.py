@@ -108,6 +108,30 @@ class ZookeeperNodeExistsError(ZookeeperError):
         self.path = path
 
 
+class ZookeeperNoNodeError(ZookeeperError):
+    """The node does not exist (ZooKeeper's ``NONODE``; kazoo's ``NoNodeError``).
+
+    Attributes:
+        path: the node's path.
+    """
+
+    def __init__(self, path: str, message: str | None = None) -> None:
+        super().__init__(message or f"ZooKeeper node {path} does not exist")
+        self.path = path
+
+
+class ZookeeperBadVersionError(ZookeeperError):
+    """A conditional write or check found another version (``BADVERSION``).
+
+    Attributes:
+        path: the node's path.
+    """
+
+    def __init__(self, path: str, message: str | None = None) -> None:
+        super().__init__(message or f"ZooKeeper node {path} has another version")
+        self.path = path
+
+
 class MalformedZookeeperDataError(ZookeeperError, ValueError):
     """A ZooKeeper node holds data that does not parse as the original layout expects.
 

@@ -22,7 +22,6 @@ sink that stores the last batch id it wrote can skip a replayed batch.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -32,7 +31,6 @@ from dataclasses import dataclass, field, replace
 
 import anyio
 import pyarrow as pa
-from aiozk import exc as zk_exc
 from pyspark.sql import DataFrame, SparkSession
 
 from ..connector import ZookeeperConsumerConnector
@@ -41,13 +39,14 @@ from ..errors import (
     ConsumerTimeoutError,
     InvalidConfigError,
     MalformedZookeeperDataError,
-    ZookeeperError,
+    ZookeeperBadVersionError,
     ZookeeperNodeExistsError,
+    ZookeeperNoNodeError,
 )
 from ..records import MessageAndMetadata, TopicPartition
 from ..stream import KafkaStream
 from ..zk import layout
-from ..zk.client import ZkClient, map_zk_errors
+from ..zk.client import ZkClient
 from .schema import records_to_arrow
 
 __all__ = [
@@ -208,19 +207,11 @@ class BatchLog:
             self._version = 0
             return
         try:
-            with map_zk_errors(self.path):
-                stat = await asyncio.wait_for(
-                    self.zk.raw.set(self.path, data, self._version), self.zk.request_timeout_s
-                )
-        except ZookeeperError as e:
-            if isinstance(e.__cause__, zk_exc.BadVersion | zk_exc.NoNode):
-                raise BatchLogConflictError(
-                    f"{self.path} was changed by another writer; give each bridge its own node"
-                ) from e
-            raise
-        except TimeoutError:
-            raise ZookeeperError(f"writing {self.path} timed out") from None
-        self._version = int(stat.version)
+            self._version = await self.zk.set_data(self.path, data, self._version)
+        except (ZookeeperBadVersionError, ZookeeperNoNodeError) as e:
+            raise BatchLogConflictError(
+                f"{self.path} was changed by another writer; give each bridge its own node"
+            ) from e
 
     def __repr__(self) -> str:
         return f"<BatchLog {self.path} version={self._version}>"

@@ -22,13 +22,15 @@ from aiozk import exc as zk_exc
 from aiozk.states import States
 
 from ..errors import (
+    ZookeeperBadVersionError,
     ZookeeperConnectionError,
     ZookeeperError,
     ZookeeperNodeExistsError,
+    ZookeeperNoNodeError,
     ZookeeperSessionExpiredError,
 )
 
-__all__ = ["SessionState", "ZkClient", "parse_connect_string"]
+__all__ = ["SessionState", "ZkClient", "close_raw", "force_close", "parse_connect_string"]
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +48,85 @@ def parse_connect_string(connect: str) -> tuple[str, str | None]:
     return servers, root
 
 
+_FORCE_CLOSE_WAIT_S = 1.0
+
+
+async def force_close(raw: Any) -> None:
+    """Tear an ``aiozk.ZKClient`` down without talking to the server (never raises).
+
+    ``Session.close`` first sends a CloseRequest, which waits for a connected state; with the
+    server down (or the link cut) it times out before cancelling the heartbeat and repair
+    loop. This cancels them, aborts the connection and waits (bounded) for the tasks to end.
+    The server expires the session after its timeout. Used by ``ZkClient`` and the test kit.
+
+    Args:
+        raw: the ``aiozk.ZKClient``.
+    """
+    session = raw.session
+    session.closing = True
+    if getattr(session, "heartbeat_handle", None) is not None:
+        session.heartbeat_handle.cancel()
+        session.heartbeat_handle = None
+    conn = getattr(session, "conn", None)
+    tasks = [
+        t
+        for t in (
+            getattr(session, "repair_loop_task", None),
+            getattr(session, "heartbeat_task", None),
+            getattr(conn, "read_loop_task", None),
+        )
+        if t is not None and not t.done()
+    ]
+    for task in tasks:
+        task.cancel()
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.abort()
+        writer = getattr(conn, "writer", None)
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
+    if tasks:
+        await asyncio.wait(tasks, timeout=_FORCE_CLOSE_WAIT_S)
+    session.started = False
+
+
+async def close_raw(raw: Any, time_limit: float = 5.0) -> None:
+    """Close an ``aiozk.ZKClient`` within ``time_limit`` seconds, forcing it if need be.
+
+    A graceful close (the server deletes the session's ephemeral nodes at once) when the
+    session is connected; :func:`force_close` otherwise or when the close fails or times out.
+    Never raises except cancellation (after forcing the close).
+    """
+    session = raw.session
+    if session.started and session.state.current_state != States.CONNECTED:
+        await force_close(raw)
+        return
+    try:
+        await asyncio.wait_for(raw.close(), time_limit)
+    except Exception as exc:  # ZooKeeper down or already gone
+        log.debug("aiozk close failed (%r); forcing it", exc)
+        await force_close(raw)
+    except asyncio.CancelledError:
+        await force_close(raw)
+        raise
+
+
 @contextlib.contextmanager
 def map_zk_errors(path: str | None = None) -> Iterator[None]:
-    """Translate aiozk exceptions raised inside the block into ``ZookeeperError``s."""
+    """Translate aiozk exceptions raised inside the block into ``ZookeeperError``s.
+
+    ``NoNode``, ``NodeExists`` and ``BadVersion`` become their own classes, as kazoo's
+    ``NoNodeError`` / ``NodeExistsError`` / ``BadVersionError``: callers catch the class.
+    """
     try:
         yield
     except zk_exc.NodeExists as e:
         raise ZookeeperNodeExistsError(path or "?") from e
+    except zk_exc.NoNode as e:
+        raise ZookeeperNoNodeError(path or "?") from e
+    except zk_exc.BadVersion as e:
+        raise ZookeeperBadVersionError(path or "?") from e
     except (zk_exc.SessionLost, zk_exc.SessionExpired) as e:
         raise ZookeeperSessionExpiredError(
             f"ZooKeeper session expired{f' (at {path})' if path else ''}"
@@ -123,30 +197,8 @@ class ZkClient:
 
     async def _abort(self) -> None:
         """Stop aiozk's background tasks without talking to the server."""
-        zk = self._zk
-        if zk is None:
-            return
-        session = zk.session
-        session.closing = True
-        task = getattr(session, "repair_loop_task", None)
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        if session.heartbeat_handle is not None:
-            session.heartbeat_handle.cancel()
-            session.heartbeat_handle = None
-        hb = getattr(session, "heartbeat_task", None)
-        if hb is not None and not hb.done():
-            hb.cancel()
-            with contextlib.suppress(BaseException):
-                await hb
-        conn = session.conn
-        if conn is not None:
-            with contextlib.suppress(BaseException):
-                conn.abort()
-                await asyncio.wait_for(conn.close(0.5), 1.0)
-        session.started = False
+        if self._zk is not None:
+            await force_close(self._zk)
 
     async def close(self, timeout_s: float = 5.0) -> None:
         """Close the session: the server deletes its ephemeral nodes at once.
@@ -215,10 +267,8 @@ class ZkClient:
         """Return ``(data, stat)`` of a node, or ``None`` if it does not exist."""
         try:
             data, stat = await self._call(path, self._zk.get(path))
-        except ZookeeperError as e:
-            if isinstance(e.__cause__, zk_exc.NoNode):
-                return None
-            raise
+        except ZookeeperNoNodeError:
+            return None
         return (data or b"", stat)
 
     async def get_data(self, path: str) -> bytes | None:
@@ -230,10 +280,8 @@ class ZkClient:
         """Return a node's children (unsorted), or ``None`` if the node does not exist."""
         try:
             return list(await self._call(path, self._zk.get_children(path, watch=watch)))
-        except ZookeeperError as e:
-            if isinstance(e.__cause__, zk_exc.NoNode):
-                return None
-            raise
+        except ZookeeperNoNodeError:
+            return None
 
     async def exists(self, path: str, *, watch: bool = False) -> bool:
         """Whether a node exists (optionally leaving an exists-watch)."""
@@ -254,8 +302,8 @@ class ZkClient:
         """
         try:
             await self._call(path, self._zk.create(path, data, ephemeral=ephemeral))
-        except ZookeeperError as e:
-            if not (make_parents and isinstance(e.__cause__, zk_exc.NoNode)):
+        except ZookeeperNoNodeError:
+            if not make_parents:
                 raise
             await self.ensure_path(posixpath.dirname(path))
             await self._call(path, self._zk.create(path, data, ephemeral=ephemeral))
@@ -311,14 +359,26 @@ class ZkClient:
         """
         try:
             stat = await self._call(path, self._zk.set(path, data, -1))
-        except ZookeeperError as e:
-            if not isinstance(e.__cause__, zk_exc.NoNode):
-                raise
+        except ZookeeperNoNodeError:
             try:
                 await self.create(path, data)
                 return 0
             except ZookeeperNodeExistsError:
                 stat = await self._call(path, self._zk.set(path, data, -1))
+        return int(stat.version)
+
+    async def set_data(self, path: str, data: bytes, version: int = -1) -> int:
+        """Write an existing node, only if it has ``version`` (``-1``: any version).
+
+        Returns:
+            The node's new version.
+
+        Raises:
+            ZookeeperNoNodeError: the node does not exist.
+            ZookeeperBadVersionError: the node has another version.
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
+        stat = await self._call(path, self._zk.set(path, data, version))
         return int(stat.version)
 
     async def fenced_write(
@@ -375,10 +435,8 @@ class ZkClient:
         try:
             await self._call(path, self._zk.delete(path, force=True))
             return True
-        except ZookeeperError as e:
-            if isinstance(e.__cause__, zk_exc.NoNode):
-                return False
-            raise
+        except ZookeeperNoNodeError:
+            return False
 
     async def delete_recursive(self, path: str) -> None:
         """Delete a node and everything below it (not atomic; missing nodes are fine)."""
@@ -443,9 +501,7 @@ class ZkClient:
                 event.clear()
                 try:
                     data: bytes | None = await self._call(path, self._zk.get_data(path, watch=True))
-                except ZookeeperError as e:
-                    if not isinstance(e.__cause__, zk_exc.NoNode):
-                        raise
+                except ZookeeperNoNodeError:
                     if await self.exists(path, watch=True):
                         continue
                     data = None
