@@ -1,14 +1,22 @@
-"""``ZookeeperConsumerConnector``: lifecycle, task group and wiring of one consumer.
+"""``ZookeeperConsumerConnector``: the lifecycle of one consumer, and its wiring.
 
-The asyncio counterpart of ``ZookeeperConsumerConnector.scala`` (0.10.2). One anyio task group
-per connector owns every background task — the ZooKeeper watches, the rebalance worker, the
-auto-commit task and the fetcher — so nothing is fire-and-forget and a background failure
-reaches the owner of the ``async with`` block.
+The asyncio counterpart of ``ZookeeperConsumerConnector.scala`` (0.10.2). The connector owns
+the parts and wires them; each part is given what it needs, never the connector:
+
+- ``ownership.OwnershipState``: registry, offsets, gate, stream queues;
+- ``rebalance.Rebalancer`` (decisions in ``plan.py``): the serialized rebalance worker;
+- ``membership.Membership``: the registration node and the reset after a new session;
+- ``watches.GroupWatches``: the ZooKeeper watches that trigger rebalances;
+- ``lease.SessionLease``: records flow only while the session is proven alive;
+- ``commits.FencedCommitter``: fenced commits and auto-commit;
+- ``cluster.ClusterView``, ``fetcher.FetcherManager``, ``offsets``: metadata, fetching, storage.
+
+One anyio task group per connector owns every background task, so nothing is fire-and-forget
+and a background failure reaches the owner of the ``async with`` block.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 import re
@@ -21,30 +29,31 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import anyio
+from anyio.abc import TaskGroup
 
-from .cluster import KafkaClient, bootstrap_from_brokers, read_brokers
+from .cluster import ClusterView
+from .commits import FencedCommitter
 from .config import ConsumerConfig
 from .errors import (
-    BrokerNotAvailableError,
-    CommitFencedError,
     ConsumerClosedError,
     ConsumerError,
     ConsumerRebalanceFailedError,
     InvalidConfigError,
-    MalformedZookeeperDataError,
     MessageStreamsExistError,
-    NoBrokersError,
     OffsetStorageError,
     ZookeeperConnectionError,
     ZookeeperError,
     ZookeeperSessionExpiredError,
 )
 from .fetcher import FetcherManager
+from .lease import SessionLease
+from .membership import Membership
 from .metrics import ConsumerMetrics
-from .offsets import OffsetStore, ZookeeperOffsetStore, make_offset_store
+from .offsets import OffsetStore, make_offset_store
+from .ownership import OwnershipState
 from .rebalance import Rebalancer, RebalanceRecord
 from .records import OwnershipGate, PartitionTopicInfo, TopicPartition
-from .stream import SHUTDOWN_COMMAND, ChunkQueue, Decoder, KafkaStream
+from .stream import ChunkQueue, Decoder, KafkaStream
 from .subscription import (
     ConsumerThreadId,
     StaticTopicCount,
@@ -52,10 +61,12 @@ from .subscription import (
     TopicFilter,
     WildcardTopicCount,
 )
-from .zk import layout
+from .watches import GroupWatches
 from .zk.client import ZkClient
 
 __all__ = [
+    "CLOSE_COMMIT_LIMIT_S",
+    "CLOSE_STEP_LIMIT_S",
     "ConnectorState",
     "ConnectorStatistics",
     "ConsumerRebalanceListener",
@@ -68,6 +79,16 @@ _T = TypeVar("_T")
 
 _CONNECTION_RETRY_PAUSE_S = 0.5
 """Pause before retrying a ZooKeeper step after connection loss (once connected again)."""
+
+CLOSE_COMMIT_LIMIT_S = 10.0
+"""Time limit of the final offset commit at shutdown, seconds. Past it the commit is given up
+(logged; at-least-once: the next owner re-reads from the last commit) and shutdown goes on."""
+
+CLOSE_STEP_LIMIT_S = 5.0
+"""Time limit of each other shutdown step, seconds: stopping the background tasks, closing the
+offset store, the ZooKeeper session and the Kafka client. Each step has its own limit, so a
+slow one never skips the next: ``shutdown()`` ends within
+``CLOSE_COMMIT_LIMIT_S + 4 x CLOSE_STEP_LIMIT_S`` (30 s)."""
 
 
 class ConnectorState(enum.Enum):
@@ -87,8 +108,11 @@ class ConnectorState(enum.Enum):
       another member may take the partitions: records are held back and nothing is
       committed; fetching may go on. Back to the previous state when the same session
       returns; a new session (expiry) leads to a rebalance. The original kept delivering.
-    - ``CLOSING``: shutting down: fetchers stopped, final commit, session closing.
-    - ``CLOSED``: done; streams have ended. Nothing more happens.
+    - ``CLOSING``: shutting down: fetchers stopped, final commit, session closing. Hands out
+      nothing more; commits only the final commit.
+    - ``CLOSED``: done; streams have ended, the ZooKeeper session is closed (its registration
+      and owner nodes are gone, unless ZooKeeper was unreachable: then the server expires
+      them after the session timeout) and the Kafka client is closed. Nothing more happens.
     """
 
     NEW = "new"
@@ -140,8 +164,10 @@ class ConnectorStatistics:
             partition.
         lag: per owned partition, the high watermark of the last fetch response minus the
             consumed offset (records not yet handed out); absent before the first fetch.
-        generation: successful rebalances so far.
-        rebalances: every rebalance so far, oldest first.
+        completed_rebalances: rebalances that ended owning their assignment, all time (not a
+            Kafka group generation: a ZooKeeper-coordinated group has none).
+        rebalances: the most recent rebalances (at most ``HISTORY_LIMIT``, 100), oldest
+            first.
         failed_rebalance_attempts: attempts that failed (a conflict, an error) so far.
         session_id: the ZooKeeper session id (``None`` before the first session).
         zookeeper_commits: offset nodes written to ZooKeeper so far.
@@ -155,7 +181,7 @@ class ConnectorStatistics:
     consumed_offsets: Mapping[TopicPartition, int]
     committed_offsets: Mapping[TopicPartition, int]
     lag: Mapping[TopicPartition, int]
-    generation: int
+    completed_rebalances: int
     rebalances: tuple[RebalanceRecord, ...]
     failed_rebalance_attempts: int
     session_id: int | None
@@ -163,13 +189,6 @@ class ConnectorStatistics:
     kafka_commits: int
     last_error: BaseException | None
 
-
-LEASE_FRACTION = 0.8
-"""Share of the session timeout a successful ZooKeeper round trip extends the lease by."""
-
-METADATA_REFRESH_MS = 5000
-"""How often a consumer on a KRaft cluster (metadata from Kafka) re-reads topics and partition
-counts; ZooKeeper-mode clusters are followed with watches instead."""
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
@@ -224,39 +243,105 @@ class ZookeeperConsumerConnector:
             session_timeout_ms=config.zookeeper_session_timeout_ms,
             connection_timeout_ms=config.effective_zookeeper_connection_timeout_ms,
         )
-        self.kafka: KafkaClient | None = None
-        self.offset_store: OffsetStore = make_offset_store(config, self.zk, self.ensure_kafka)
+        self.cluster = ClusterView(
+            self.zk,
+            source=config.cluster_metadata_source,
+            bootstrap_servers=config.bootstrap_servers,
+            client_id=config.effective_client_id,
+            request_timeout_ms=config.socket_timeout_ms,
+            retry_backoff_ms=config.refresh_leader_backoff_ms,
+            retry=self.retry_across_connection_loss,
+        )
+        """Where brokers, topics and partitions come from, and the Kafka client."""
+        self.offset_store: OffsetStore = make_offset_store(config, self.zk, self.cluster.kafka)
         self.metrics = ConsumerMetrics(config.effective_client_id, config.group_id)
         """The original's metrics (``snapshot()``, ``collector()`` for Prometheus)."""
-        self.fetcher: FetcherManager = FetcherManager(None, config, self.metrics)  # type: ignore[arg-type]
-        self.topic_registry: dict[TopicPartition, PartitionTopicInfo] = {}
-        self.committed_offsets: dict[TopicPartition, int] = {}
-        self._owned_gauges: dict[str, Any] = {}
-        self.listener: ConsumerRebalanceListener | None = None
+        self.fetcher = FetcherManager(None, config, self.metrics)  # type: ignore[arg-type]
+        self.ownership = OwnershipState(config.queued_max_message_chunks)
+        """What this member owns: registry, committed offsets, gate, stream queues."""
         self.closing = False
         self._state = ConnectorState.NEW
         self._state_changed = anyio.Event()
+        self._closed = anyio.Event()
         self._last_error: BaseException | None = None
         self._topic_count: TopicCount | None = None
         self._streams: dict[str, list[KafkaStream]] = {}
-        self._queues: dict[tuple[str, ConsumerThreadId], ChunkQueue] = {}
-        self._rebalancer = Rebalancer(self)
+        self._owned_gauges: dict[str, Any] = {}
+        self.ownership.on_change(self._owned_partitions_changed)
+        self.membership = Membership(
+            config.group_id,
+            self.consumer_id_string,
+            self.zk,
+            self.ownership,
+            self.fetcher,
+            self.offset_store,
+            topic_count=lambda: self._topic_count,
+            streams=self.streams,
+        )
+        self.committer = FencedCommitter(
+            config,
+            self.consumer_id_string,
+            self.zk,
+            self.offset_store,
+            self.ownership,
+            self.metrics,
+            on_fenced=self._drop_fenced,
+        )
+        self.watches = GroupWatches(
+            config.group_id,
+            self.consumer_id_string,
+            self.zk,
+            self.cluster,
+            self.request_rebalance,
+            lambda: self.task_group,
+        )
+        self.lease = SessionLease(
+            self.zk, self.ownership.gate, self.consumer_id_string, lambda: self.closing
+        )
+        self._rebalancer = Rebalancer(
+            config=config,
+            consumer_id=self.consumer_id_string,
+            zk=self.zk,
+            cluster=self.cluster,
+            offset_store=self.offset_store,
+            fetcher=self.fetcher,
+            ownership=self.ownership,
+            membership=self.membership,
+            committer=self.committer,
+            metrics=self.metrics,
+            topic_count=lambda: self._topic_count,
+            task_group=lambda: self.task_group,
+            is_closing=lambda: self.closing,
+            fetch_enabled=fetch,
+            on_no_brokers=self.watches.watch_broker_ids,
+            on_attempt_failed=lambda: self._set_state(self._state),
+            connection_retry_window_s=self.connection_retry_window_s,
+        )
         self._rebalance_lock = anyio.Lock()
         self._rebalance_requested = anyio.Event()
         self._pending_reason = ""
-        self._tg: Any = None
-        self.gate = OwnershipGate()
-        self._wildcard_queues: list[ChunkQueue] = []
-        self._watched_topics: set[str] = set()
-        self._registered_session: int | None = None
-        self._session_replaced = False
-        self._metadata_from_kafka: bool | None = None
-        self._watching_broker_ids = False
-        self._kafka_lock = anyio.Lock()
+        self._tg: TaskGroup | None = None
         self._state_before_suspend = ConnectorState.RUNNING
-        self._bg_tg: Any = None
+        self._bg_tg: TaskGroup | None = None
         self._bg_scope: anyio.CancelScope | None = None
         self._bg_done: anyio.Event | None = None
+
+    # -- views of the ownership state ----------------------------------------------------
+
+    @property
+    def gate(self) -> OwnershipGate:
+        """The ownership gate: records flow only while it is passable."""
+        return self.ownership.gate
+
+    @property
+    def topic_registry(self) -> Mapping[TopicPartition, PartitionTopicInfo]:
+        """The owned partitions (a read-only view; the original's ``topicRegistry``)."""
+        return self.ownership.registry
+
+    @property
+    def listener(self) -> ConsumerRebalanceListener | None:
+        """The rebalance listener, or ``None``."""
+        return self._rebalancer.listener  # type: ignore[return-value]
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -285,8 +370,12 @@ class ZookeeperConsumerConnector:
         return self._rebalance_requested.is_set()
 
     @property
-    def task_group(self) -> Any:
-        """The task group owning this connector's background tasks."""
+    def task_group(self) -> TaskGroup:
+        """The task group owning this connector's background tasks.
+
+        Raises:
+            ConsumerClosedError: the connector is not started (or already closed).
+        """
         if self._bg_tg is None:
             raise ConsumerClosedError("the connector is not started")
         return self._bg_tg
@@ -302,13 +391,15 @@ class ZookeeperConsumerConnector:
         tb: TracebackType | None,
     ) -> bool | None:
         try:
+            # Also when a shutdown is already under way in another task (a signal handler):
+            # shutdown() then waits for it, so the block is left only once CLOSED.
             await self.shutdown()
         finally:
             tg, self._tg = self._tg, None
         if tg is None:
             return None
         try:
-            return await tg.__aexit__(exc_type, exc, tb)  # type: ignore[no-any-return]
+            return await tg.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
             # The block's own exception comes out as itself, as from any `async with`; so
             # does a single background failure. Only several failures stay a group.
@@ -341,8 +432,8 @@ class ZookeeperConsumerConnector:
         self._tg = tg
         try:
             await tg.start(self._supervise)
-            self._bg_tg.start_soon(self._renew_lease)
-            self._bg_tg.start_soon(self._watch_connection)
+            self.task_group.start_soon(self.lease.renew)
+            self.task_group.start_soon(self.lease.watch_connection)
         except BaseException:
             self._tg = None
             await tg.__aexit__(None, None, None)
@@ -370,43 +461,68 @@ class ZookeeperConsumerConnector:
         As ``shutdown`` (0.10.2 order): fetchers stop, every stream gets the shutdown
         sentinel (iteration ends after the records already handed out), consumed offsets are
         committed (auto-commit on), and the ZooKeeper session is closed, which deletes the
-        registration and owner nodes at once so the other members rebalance. Idempotent;
-        may be awaited from any task; cleanup is shielded from cancellation and bounded.
+        registration and owner nodes at once so the other members rebalance; then the Kafka
+        client is closed. Idempotent; may be awaited from any task: while a shutdown is under
+        way, another call waits until it has finished (state ``CLOSED``).
+
+        Each step runs shielded from cancellation under its own time limit
+        (``CLOSE_COMMIT_LIMIT_S`` for the final commit, ``CLOSE_STEP_LIMIT_S`` for each other
+        step), so a hanging commit never keeps ZooKeeper or Kafka open: the whole shutdown
+        ends within 30 s.
         """
-        if self._state in (ConnectorState.CLOSING, ConnectorState.CLOSED, ConnectorState.NEW):
+        if self._state is ConnectorState.NEW:
+            return
+        if self._state in (ConnectorState.CLOSING, ConnectorState.CLOSED):
+            with anyio.CancelScope(shield=True):
+                await self._closed.wait()
             return
         self.closing = True
         self._set_state(ConnectorState.CLOSING)
         try:
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_STEP_LIMIT_S):
                 await self.fetcher.stop_connections()
                 if self._bg_scope is not None:
                     self._bg_scope.cancel()
                     if self._bg_done is not None:
-                        with anyio.move_on_after(30):
-                            await self._bg_done.wait()
+                        await self._bg_done.wait()
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            try:
                 await self._final_cleanup()
-            self._set_state(ConnectorState.CLOSED)
+            finally:
+                self._set_state(ConnectorState.CLOSED)
+                self._closed.set()
 
     async def _final_cleanup(self) -> None:
-        for queue in self.queues():
-            while not queue.empty():
-                queue.get_nowait()
-            queue.put_nowait(SHUTDOWN_COMMAND)
-        if self.config.auto_commit_enable and self.topic_registry:
-            try:
-                await self.commit_offsets()
-            except (ZookeeperError, OffsetStorageError) as e:
-                log.error("[%s] final offset commit failed: %s", self.consumer_id_string, e)
-        for pti in self.topic_registry.values():
-            pti.active = False
-        await self.offset_store.close()
-        self.metrics.remove_all()
-        await self.zk.close()
-        if self.kafka is not None:
-            await self.kafka.close()
+        """The final commit and the closes, each shielded under its own time limit."""
+        own = self.ownership
+        own.end_streams()
+        try:
+            if self.config.auto_commit_enable and len(own):
+                with anyio.CancelScope(shield=True) as scope:
+                    scope.deadline = anyio.current_time() + CLOSE_COMMIT_LIMIT_S
+                    try:
+                        await self.commit_offsets()
+                    except (ZookeeperError, OffsetStorageError) as e:
+                        log.error("[%s] final offset commit failed: %s", self.consumer_id_string, e)
+                if scope.cancelled_caught:
+                    log.error(
+                        "[%s] final offset commit gave up after %.0f s",
+                        self.consumer_id_string,
+                        CLOSE_COMMIT_LIMIT_S,
+                    )
+        finally:
+            own.deactivate(own.owned())
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_STEP_LIMIT_S):
+                await self.offset_store.close()
+            self.metrics.remove_all()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_STEP_LIMIT_S):
+                await self.zk.close(timeout_s=CLOSE_STEP_LIMIT_S)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_STEP_LIMIT_S):
+                await self.cluster.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until the connector is ``CLOSED`` (returns at once if it is)."""
+        await self._closed.wait()
 
     # -- streams -------------------------------------------------------------------------
 
@@ -420,7 +536,7 @@ class ZookeeperConsumerConnector:
             raise MessageStreamsExistError(
                 "set the rebalance listener before creating message streams"
             )
-        self.listener = listener
+        self._rebalancer.listener = listener
 
     async def create_message_streams(
         self,
@@ -462,7 +578,7 @@ class ZookeeperConsumerConnector:
             streams = []
             for tid in sorted(ids, key=lambda t: t.thread_id):
                 queue = self._new_queue(topic, tid.thread_id)
-                self._queues[(topic, tid)] = queue
+                self.ownership.add_queue(topic, tid, queue)
                 streams.append(
                     self._new_stream(queue, f"{topic}-{tid.thread_id}", key_decoder, value_decoder)
                 )
@@ -502,7 +618,7 @@ class ZookeeperConsumerConnector:
             ZookeeperConnectionError: as ``create_message_streams``.
         """
         self._check_can_subscribe()
-        all_topics = await self._all_topics()
+        all_topics = await self.cluster.all_topics()
         topic_count = WildcardTopicCount(
             self.consumer_id_string,
             topic_filter,
@@ -514,7 +630,7 @@ class ZookeeperConsumerConnector:
         streams = []
         for i in range(num_streams):
             queue = self._new_queue(str(topic_filter), i)
-            self._wildcard_queues.append(queue)
+            self.ownership.add_wildcard_queue(queue)
             streams.append(
                 self._new_stream(queue, f"{topic_filter}-{i}", key_decoder, value_decoder)
             )
@@ -529,7 +645,7 @@ class ZookeeperConsumerConnector:
             raise ConsumerClosedError(f"cannot create streams: connector is {self._state.value}")
 
     def _new_queue(self, topic: str, thread_id: int) -> ChunkQueue:
-        queue: ChunkQueue = ChunkQueue(maxsize=self.config.queued_max_message_chunks)
+        queue = self.ownership.new_queue()
         self.metrics.fetch_queue_size(topic, thread_id, lambda: float(queue.qsize()))
         return queue
 
@@ -552,20 +668,41 @@ class ZookeeperConsumerConnector:
 
     async def _subscribe(self, topics: Iterable[str], *, wildcard: bool = False) -> None:
         """Register, start the watches, run the first rebalance, start the workers."""
-        await self.retry_across_connection_loss("registration", self._register)
+        await self.retry_across_connection_loss("registration", self.membership.register)
         tg = self.task_group
-        await tg.start(self._watch_group)
+        await tg.start(self.watches.watch_group)
         for topic in topics:
-            await self._start_topic_watch(topic)
+            await self.watches.start_topic_watch(topic)
         if wildcard:
-            await tg.start(self._watch_topic_list)
-        if await self.metadata_from_kafka():
-            tg.start_soon(self._watch_partitions_by_metadata)
+            await tg.start(self.watches.watch_topic_list, self._on_topic_list)
+        if await self.cluster.metadata_from_kafka():
+            tg.start_soon(self.watches.watch_partitions_by_metadata, self._subscribed_topics)
         tg.start_soon(self._watch_session)
         await self._run_rebalance("initial subscription", raise_on_failure=True)
         tg.start_soon(self._rebalance_worker)
         if self.config.auto_commit_enable:
-            tg.start_soon(self._auto_commit)
+            tg.start_soon(self.committer.auto_commit, self.config.auto_commit_interval_ms / 1000)
+
+    def _subscribed_topics(self) -> list[str]:
+        tc = self._topic_count
+        return sorted(tc.get_consumer_thread_ids_per_topic()) if tc else []
+
+    async def _on_topic_list(self, all_topics: Iterable[str]) -> None:
+        """A wildcard subscription follows the topic list: new matches are watched and a
+        rebalance is requested. Deleted topics stay out of the plan (the original kept them, a
+        TODO there)."""
+        tc = self._topic_count
+        assert isinstance(tc, WildcardTopicCount)
+        updated = tc.with_topics(all_topics)
+        added = set(updated.allowed_topics()) - set(tc.allowed_topics())
+        removed = set(tc.allowed_topics()) - set(updated.allowed_topics())
+        if added or removed:
+            self._topic_count = updated
+            for topic in sorted(added):
+                await self.watches.start_topic_watch(topic)
+            self.request_rebalance(
+                f"topics matching {tc.topic_filter} changed (+{len(added)} -{len(removed)})"
+            )
 
     def streams(self) -> list[KafkaStream]:
         """Every stream created so far."""
@@ -573,94 +710,16 @@ class ZookeeperConsumerConnector:
 
     def queues(self) -> list[ChunkQueue]:
         """Every stream queue (distinct)."""
-        return list(self._queues.values()) + list(self._wildcard_queues)
+        return self.ownership.queues()
 
     def queue_for(self, topic: str, thread_id: ConsumerThreadId) -> ChunkQueue:
         """The queue of a (topic, thread id); a wildcard's thread ``i`` feeds stream ``i``."""
-        if self._wildcard_queues:
-            return self._wildcard_queues[thread_id.thread_id]
-        return self._queues[(topic, thread_id)]
+        return self.ownership.queue_for(topic, thread_id)
 
     @property
     def topic_count(self) -> TopicCount | None:
         """This member's subscription (``None`` before streams exist)."""
         return self._topic_count
-
-    async def register(self) -> None:
-        """Write this member's registration node again (used by the rebalancer)."""
-        await self._register()
-
-    async def _register(self) -> None:
-        """Write our registration node (``registerConsumerInZK``), as a checked ephemeral."""
-        assert self._topic_count is not None
-        data = self._topic_count.encode_registration(int(time.time() * 1000))
-        path = layout.ids_path(self.config.group_id, self.consumer_id_string)
-        await self.zk.create_ephemeral_checked(path, data)
-        self._registered_session = self.zk.session_id
-        log.info("[%s] registered at %s", self.consumer_id_string, path)
-
-    async def _all_topics(self) -> list[str]:
-        """Topic names from ``/brokers/topics``, or from Kafka metadata on a KRaft cluster."""
-        if await self.metadata_from_kafka():
-            kafka = await self.ensure_kafka()
-            return sorted(await kafka.all_topics())
-        return sorted(await self.zk.get_children(layout.BROKER_TOPICS_PATH) or [])
-
-    async def metadata_from_kafka(self) -> bool:
-        """Whether brokers and partitions come from Kafka metadata (``cluster.metadata.source``).
-
-        ``auto`` picks Kafka metadata when ZooKeeper has no registered broker (a KRaft
-        cluster) and ``bootstrap.servers`` is set.
-        """
-        source = self.config.cluster_metadata_source
-        if source != "auto":
-            return source == "kafka"
-        if self._metadata_from_kafka is None:
-            # A ZooKeeper-mode cluster keeps /brokers/ids even while every broker is down
-            # (restarting); a KRaft cluster never creates it.
-            zk_mode = await self.retry_across_connection_loss(
-                f"reading {layout.BROKER_IDS_PATH}",
-                lambda: self.zk.exists(layout.BROKER_IDS_PATH),
-            )
-            self._metadata_from_kafka = not zk_mode and bool(self.config.bootstrap_servers)
-        return self._metadata_from_kafka
-
-    # -- kafka ---------------------------------------------------------------------------
-
-    async def ensure_kafka(self, brokers: Iterable[layout.BrokerInfo] | None = None) -> KafkaClient:
-        """The Kafka client, started on first use from ``bootstrap.servers`` or the brokers in
-        ZooKeeper.
-
-        Raises:
-            NoBrokersError: no broker is registered and ``bootstrap.servers`` is not set.
-            KafkaConnectionError: no broker answered.
-        """
-        async with self._kafka_lock:  # one client, however many tasks ask at once
-            return await self._ensure_kafka(brokers)
-
-    async def _ensure_kafka(self, brokers: Iterable[layout.BrokerInfo] | None) -> KafkaClient:
-        if self.kafka is None:
-            servers = self.config.bootstrap_servers
-            if not servers:
-                brokers = list(brokers) if brokers is not None else await read_brokers(self.zk)
-                if not brokers:
-                    raise NoBrokersError("no brokers found in ZooKeeper under /brokers/ids")
-                servers = bootstrap_from_brokers(brokers)
-            kafka = KafkaClient(
-                servers,
-                client_id=self.config.effective_client_id,
-                request_timeout_ms=self.config.socket_timeout_ms,
-                retry_backoff_ms=self.config.refresh_leader_backoff_ms,
-            )
-            try:
-                await kafka.start()
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await kafka.close()
-                raise
-            self.kafka = kafka
-            self.fetcher.kafka = kafka
-        return self.kafka
 
     # -- rebalance -----------------------------------------------------------------------
 
@@ -676,8 +735,7 @@ class ZookeeperConsumerConnector:
                 return
             self._set_state(ConnectorState.REBALANCING)
             try:
-                if self._session_replaced:
-                    await self._handle_new_session()
+                await self.membership.handle_new_session_if_needed()
                 await self._rebalancer.synced_rebalance(reason)
             except (ConsumerRebalanceFailedError, ZookeeperError) as e:
                 self._last_error = e
@@ -690,32 +748,6 @@ class ZookeeperConsumerConnector:
                 self._last_error = None
                 self._set_state(ConnectorState.RUNNING)
 
-    async def handle_new_session_if_needed(self) -> None:
-        """Before a rebalance attempt: if the session was replaced, drop and re-register."""
-        if self._session_replaced:
-            await self._handle_new_session()
-
-    async def _handle_new_session(self) -> None:
-        """After an expiry: drop ownership without committing, register again.
-
-        As ``ZKSessionExpireListener.handleNewSession`` (0.10.2): the old session's ephemeral
-        nodes are gone, so another member may own our partitions already; offsets consumed
-        since the last commit are not committed (the original's ``resetState``).
-        """
-        await self.fetcher.stop_connections()
-        for pti in self.topic_registry.values():
-            pti.active = False
-        self.offset_store.forget(self.topic_registry)
-        self.topic_registry = {}
-        for queue in self.queues():
-            while not queue.empty():
-                queue.get_nowait()
-        for stream in self.streams():
-            stream.clear()
-        await self._register()
-        self._session_replaced = False
-        self.gate.reopen()
-
     async def _rebalance_worker(self) -> None:
         while True:
             await self._rebalance_requested.wait()
@@ -723,18 +755,12 @@ class ZookeeperConsumerConnector:
             reason, self._pending_reason = self._pending_reason, ""
             await self._run_rebalance(reason or "triggered", raise_on_failure=False)
 
-    def rebalance_attempt_failed(self) -> None:
-        """Called by the rebalancer after a failed attempt: wakes ``wait_for_state_change``."""
-        self._set_state(self._state)
-
-    def owned_partitions_changed(self) -> None:
-        """Keep the ``OwnedPartitionsCount`` gauges (all topics, and per owned topic) in step.
-
-        Called by the rebalancer after the registry changed.
-        """
+    def _owned_partitions_changed(self) -> None:
+        """Keep the ``OwnedPartitionsCount`` gauges (all topics, and per owned topic) in step."""
         m = self.metrics
-        m.owned_partitions_count(None, lambda: float(len(self.topic_registry)))
-        topics = {tp.topic for tp in self.topic_registry}
+        registry = self.ownership
+        m.owned_partitions_count(None, lambda: float(len(registry)))
+        topics = {tp.topic for tp in registry.owned()}
         for topic in topics - self._owned_gauges.keys():
             self._owned_gauges[topic] = m.owned_partitions_count(topic, self._owned_in(topic))
         for topic in set(self._owned_gauges) - topics:
@@ -742,28 +768,11 @@ class ZookeeperConsumerConnector:
 
     def _owned_in(self, topic: str) -> Callable[[], float]:
         def count() -> float:
-            return float(sum(1 for tp in self.topic_registry if tp.topic == topic))
+            return float(sum(1 for tp in self.ownership.registry if tp.topic == topic))
 
         return count
 
-    def message_meters(self, topic: str) -> tuple[Any, Any]:
-        """The ``MessagesPerSec`` meters (topic, all topics) a partition's records mark."""
-        return (self.metrics.messages_per_sec(topic), self.metrics.messages_per_sec())
-
-    async def _resilient(self, what: str, body: Callable[[], Awaitable[None]]) -> None:
-        """Run a watch loop, restarting it after ZooKeeper connection loss or expiry."""
-        while True:
-            try:
-                await body()
-                return
-            except ZookeeperError as e:
-                log.info(
-                    "[%s] %s interrupted (%s); resuming when connected",
-                    self.consumer_id_string,
-                    what,
-                    e,
-                )
-                await self.zk.wait_for_state("connected")
+    # -- ZooKeeper session ---------------------------------------------------------------
 
     @property
     def connection_retry_window_s(self) -> float:
@@ -818,190 +827,14 @@ class ZookeeperConsumerConnector:
                     # The state may still say connected while requests time out.
                     await anyio.sleep(min(_CONNECTION_RETRY_PAUSE_S, remaining))
 
-    async def _watch_group(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Watch ``/consumers/<group>/ids`` (``ZKRebalancerListener.handleChildChange``)."""
-        path = layout.ids_dir(self.config.group_id)
-        last: list[str] | None = None
-        started = False
-
-        async def body() -> None:
-            nonlocal last, started
-            async for children in self.zk.watch_children(path):
-                members = sorted(children or [])
-                if not started:
-                    started = True
-                    task_status.started()
-                elif members != last:
-                    self.request_rebalance(f"group members changed ({len(members)} now)")
-                last = members
-
-        await self._resilient(f"watch of {path}", body)
-
-    def watch_broker_ids(self) -> None:
-        """Rebalance when brokers register, after a rebalance found none (as the original)."""
-        if self._watching_broker_ids:
-            return
-        self._watching_broker_ids = True
-
-        async def watch() -> None:
-            async def body() -> None:
-                async for children in self.zk.watch_children(layout.BROKER_IDS_PATH):
-                    if children:
-                        self.request_rebalance(f"brokers registered ({len(children)})")
-                        return
-
-            await self._resilient("watch of /brokers/ids", body)
-            self._watching_broker_ids = False
-
-        self.task_group.start_soon(watch)
-
-    async def _start_topic_watch(self, topic: str) -> None:
-        if topic in self._watched_topics or await self.metadata_from_kafka():
-            return
-        self._watched_topics.add(topic)
-        await self.task_group.start(self._watch_topic, topic)
-
-    async def _watch_topic(
-        self, topic: str, *, task_status: Any = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Watch ``/brokers/topics/<t>`` (``ZKTopicPartitionChangeListener``)."""
-        path = layout.topic_path(topic)
-        last: frozenset[int] | None = None
-        started = False
-
-        async def body() -> None:
-            nonlocal last, started
-            async for data in self.zk.watch_data(path):
-                try:
-                    parts = (
-                        frozenset(layout.decode_topic_partitions(data, path))
-                        if data
-                        else frozenset()
-                    )
-                except MalformedZookeeperDataError as e:
-                    log.error("[%s] ignoring topic node: %s", self.consumer_id_string, e)
-                    parts = last or frozenset()
-                if not started:
-                    started = True
-                    task_status.started()
-                elif parts != last:
-                    self.request_rebalance(f"partitions of {topic} changed ({len(parts)} now)")
-                last = parts
-
-        await self._resilient(f"watch of {path}", body)
-
-    async def _watch_topic_list(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Follow the topic list for a wildcard subscription (``ZookeeperTopicEventWatcher``).
-
-        On ZooKeeper-mode clusters a watch on ``/brokers/topics``; on KRaft clusters Kafka
-        metadata is read every ``METADATA_REFRESH_MS``.
-        """
-        started = False
-
-        async def on_topics(all_topics: Iterable[str]) -> None:
-            nonlocal started
-            tc = self._topic_count
-            assert isinstance(tc, WildcardTopicCount)
-            updated = tc.with_topics(all_topics)
-            added = set(updated.allowed_topics()) - set(tc.allowed_topics())
-            removed = set(tc.allowed_topics()) - set(updated.allowed_topics())
-            if not started:
-                started = True
-                task_status.started()
-            if added or removed:
-                # Deleted topics stay out of the plan; the original kept them (a TODO there).
-                self._topic_count = updated
-                for topic in sorted(added):
-                    await self._start_topic_watch(topic)
-                self.request_rebalance(
-                    f"topics matching {tc.topic_filter} changed (+{len(added)} -{len(removed)})"
-                )
-
-        if await self.metadata_from_kafka():
-            while True:
-                try:
-                    kafka = await self.ensure_kafka()
-                    topics = await kafka.all_topics()
-                except (BrokerNotAvailableError, NoBrokersError) as e:
-                    log.info("[%s] topic list refresh failed: %s", self.consumer_id_string, e)
-                else:
-                    await on_topics(topics)
-                await anyio.sleep(METADATA_REFRESH_MS / 1000)
-
-        async def body() -> None:
-            async for children in self.zk.watch_children(layout.BROKER_TOPICS_PATH):
-                await on_topics(children or [])
-
-        await self._resilient("watch of /brokers/topics", body)
-
-    async def _watch_partitions_by_metadata(self) -> None:
-        """On KRaft clusters, detect partition-count changes by refreshing Kafka metadata."""
-        last: dict[str, int] | None = None
-        while True:
-            tc = self._topic_count
-            topics = sorted(tc.get_consumer_thread_ids_per_topic()) if tc else []
-            try:
-                kafka = await self.ensure_kafka()
-                counts = await kafka.partition_counts(topics)
-            except (BrokerNotAvailableError, NoBrokersError) as e:
-                # Brokers down or restarting: the fetchers retry on their own; look again later.
-                log.info("[%s] metadata refresh failed: %s", self.consumer_id_string, e)
-            else:
-                if last is not None and counts != last:
-                    self.request_rebalance("partition counts changed (Kafka metadata)")
-                last = counts
-            await anyio.sleep(METADATA_REFRESH_MS / 1000)
-
-    async def _renew_lease(self) -> None:
-        """Keep the gate's lease: each ZooKeeper round trip proves the session alive.
-
-        The server cannot expire the session sooner than one (negotiated) session timeout
-        after it heard from us, so a round trip started at ``t0`` extends the lease to
-        ``t0 + 0.8 x timeout``. A process paused past that (or cut off) finds its lease over
-        when it wakes up, and hands out nothing until the session is confirmed again.
-        """
-        while True:
-            t0 = time.monotonic()
-            timeout_s = self.zk.negotiated_timeout_s
-            try:
-                with anyio.fail_after(timeout_s / 2):
-                    await self.zk.exists("/")
-            except (ZookeeperError, TimeoutError) as e:
-                # No proof the session lives: hold records back until a round trip succeeds.
-                log.debug("[%s] lease renewal failed: %r", self.consumer_id_string, e)
-                self.gate.extend(min(self.gate.deadline, time.monotonic()))
-            else:
-                self.gate.extend(t0 + LEASE_FRACTION * timeout_s)
-            await anyio.sleep(timeout_s / 4)
-
-    async def _watch_connection(self) -> None:
-        """End the lease the moment the ZooKeeper connection drops.
-
-        aiozk notices a connection the server closed (for example because it expired the
-        session) only at the next request; until then the session state still says
-        connected. Watching the connection's read loop ends the lease at once, so no record
-        is handed out until a round trip proves the session alive again.
-        """
-        dead: Any = None
-        while True:
-            conn = getattr(self.zk.raw.session, "conn", None) if self.zk.raw else None
-            task = getattr(conn, "read_loop_task", None)
-            if conn is None or conn is dead or task is None:
-                await anyio.sleep(0.05)  # aiozk offers no event for a new connection
-                continue
-            await asyncio.wait({task})
-            dead = conn
-            if not self.closing:
-                log.info("[%s] ZooKeeper connection dropped", self.consumer_id_string)
-                self.gate.extend(min(self.gate.deadline, time.monotonic()))
-
     async def _watch_session(self) -> None:
         """Follow the session: hold records back while suspended; re-register after expiry.
 
         Connection loss shorter than the session timeout keeps the session and its ephemeral
         nodes: records flow again when it is back, without a rebalance. A new session (the old
-        one expired) triggers ``_handle_new_session`` and a rebalance.
+        one expired) makes the next rebalance drop the old ownership and register again.
         """
+        gate = self.ownership.gate
         async for state, session_id in self.zk.session_events():
             if state != "connected":
                 log.warning(
@@ -1009,22 +842,21 @@ class ZookeeperConsumerConnector:
                     self.consumer_id_string,
                     state,
                 )
-                self.gate.close()
+                gate.close()
                 if self._state is not ConnectorState.SUSPENDED:
                     self._state_before_suspend = self._state
                     self._set_state(ConnectorState.SUSPENDED)
                 continue
-            if session_id is not None and session_id != self._registered_session:
+            if self.membership.note_session(session_id):
                 log.warning(
                     "[%s] ZooKeeper session expired; a new session 0x%x re-registers",
                     self.consumer_id_string,
                     session_id,
                 )
-                self._session_replaced = True
                 self.request_rebalance("new ZooKeeper session")
             else:
                 log.info("[%s] ZooKeeper session resumed", self.consumer_id_string)
-                self.gate.reopen()
+                gate.reopen()
                 if self._state is ConnectorState.SUSPENDED:
                     self._set_state(self._state_before_suspend)
 
@@ -1065,77 +897,18 @@ class ZookeeperConsumerConnector:
             CommitFencedError: some partitions are not (or no longer) owned by this member;
                 the others were committed, the fenced ones dropped and a rebalance requested.
         """
-        if not self.gate.passable():
+        if not self.ownership.gate.passable():
             raise ZookeeperConnectionError(
                 "the ZooKeeper session is suspended: not committing while another member may "
                 "own the partitions"
             )
         if offsets is None:
-            offsets = {tp: pti.consumed_offset for tp, pti in self.topic_registry.items()}
+            offsets = self.ownership.consumed_offsets()
         retries = self.config.offsets_commit_max_retries if retry_on_failure else 0
-        return await self.store_commit(offsets, retries)
+        return await self.committer.commit(offsets, retries)
 
-    async def store_commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
-        """Commit through the offset store, fenced, counting the writes in the commit meters.
-
-        Owned partitions are committed only while their fencing token is unchanged: in the
-        same ZooKeeper multi-op with ZooKeeper storage, by a check just before with Kafka
-        storage. A partition found fenced is dropped from this member (another one owns it
-        now) and a rebalance is requested.
-
-        Raises:
-            CommitFencedError: some partitions were fenced (the others were committed).
-            ZookeeperConnectionError, OffsetCommitError: as ``commit_offsets``.
-        """
-        store = self.offset_store
-        registry = self.topic_registry
-        # Only what this member owns now: a partition it lost (session expiry, fencing) is
-        # someone else's to commit.
-        fenced: set[TopicPartition] = {tp for tp in offsets if tp not in registry}
-        offsets = {tp: o for tp, o in offsets.items() if tp in registry}
-        fences = {
-            tp: registry[tp].fence for tp in offsets if tp in registry and registry[tp].fence >= 0
-        }
-        if fences and not isinstance(store, ZookeeperOffsetStore):
-            fenced |= await self._fenced(fences)
-            offsets = {tp: o for tp, o in offsets.items() if tp not in fenced}
-        zk_before, kafka_before = store.zookeeper_commits, store.kafka_commits
-        try:
-            written = await store.commit(offsets, retries=retries, fences=fences)
-        except CommitFencedError as e:
-            fenced |= e.fenced
-            written = 0
-        finally:
-            if store.zookeeper_commits > zk_before:
-                self.metrics.zookeeper_commits_per_sec().mark(store.zookeeper_commits - zk_before)
-            if store.kafka_commits > kafka_before:
-                self.metrics.kafka_commits_per_sec().mark(store.kafka_commits - kafka_before)
-            self.committed_offsets.update(
-                {
-                    tp: o
-                    for tp, o in offsets.items()
-                    if o >= 0 and tp in self.topic_registry and tp not in fenced
-                }
-            )
-        if fenced:
-            self._drop_fenced(fenced)
-            raise CommitFencedError(self.config.group_id, fenced)
-        return written
-
-    async def _fenced(self, fences: Mapping[TopicPartition, int]) -> set[TopicPartition]:
-        """Partitions whose fencing node moved past the token we hold."""
-        fenced = set()
-        for tp, token in fences.items():
-            got = await self.zk.get(
-                layout.fencing_path(self.config.group_id, tp.topic, tp.partition)
-            )
-            if got is None or got[1].version != token:
-                fenced.add(tp)
-        return fenced
-
-    def _drop_fenced(self, fenced: Iterable[TopicPartition]) -> None:
+    def _drop_fenced(self, fenced: set[TopicPartition]) -> None:
         """Stop handing out and fetching partitions another member claimed since."""
-        fenced = [tp for tp in fenced if tp in self.topic_registry]
         if not fenced:
             return
         log.warning(
@@ -1145,43 +918,30 @@ class ZookeeperConsumerConnector:
             len(fenced),
             ", ".join(map(str, sorted(fenced))),
         )
-        for tp in fenced:
-            self.topic_registry[tp].active = False
+        self.ownership.deactivate(fenced)
         self.fetcher.remove_partitions(fenced)
-        self.topic_registry = {tp: p for tp, p in self.topic_registry.items() if tp not in fenced}
+        self.ownership.release(fenced)
         self.offset_store.forget(fenced)
-        self.owned_partitions_changed()
         self.request_rebalance("commit fenced")
-
-    async def _auto_commit(self) -> None:
-        interval = self.config.auto_commit_interval_ms / 1000
-        while True:
-            await anyio.sleep(interval)
-            if not self.gate.passable():
-                continue  # the session is in doubt: another member may own the partitions
-            try:
-                await self.commit_offsets()
-            except (ZookeeperError, OffsetStorageError) as e:
-                log.warning("[%s] auto-commit failed: %s", self.consumer_id_string, e)
 
     # -- introspection -------------------------------------------------------------------
 
     def statistics(self) -> ConnectorStatistics:
-        """A frozen snapshot of the connector's state."""
+        """A frozen snapshot of the connector's state (cheap: bounded history)."""
+        own = self.ownership
+        registry = own.registry
         return ConnectorStatistics(
             state=self._state,
             consumer_id=self.consumer_id_string,
-            owned_partitions=tuple(sorted(self.topic_registry)),
-            consumed_offsets={tp: p.consumed_offset for tp, p in self.topic_registry.items()},
-            committed_offsets={
-                tp: o for tp, o in self.committed_offsets.items() if tp in self.topic_registry
-            },
+            owned_partitions=own.owned(),
+            consumed_offsets=own.consumed_offsets(),
+            committed_offsets=dict(own.committed),
             lag={
-                tp: max(0, hw - self.topic_registry[tp].consumed_offset)
+                tp: max(0, hw - registry[tp].consumed_offset)
                 for tp, hw in self.fetcher.highwater.items()
-                if tp in self.topic_registry and self.topic_registry[tp].consumed_offset >= 0
+                if tp in registry and registry[tp].consumed_offset >= 0
             },
-            generation=sum(1 for r in self._rebalancer.history if r.succeeded),
+            completed_rebalances=self._rebalancer.completed,
             rebalances=tuple(self._rebalancer.history),
             failed_rebalance_attempts=self._rebalancer.failed_attempts,
             session_id=self.zk.session_id,
@@ -1193,5 +953,5 @@ class ZookeeperConsumerConnector:
     def __repr__(self) -> str:
         return (
             f"<ZookeeperConsumerConnector {self.consumer_id_string} [{self._state.value}, "
-            f"{len(self.topic_registry)} partitions]>"
+            f"{len(self.ownership)} partitions]>"
         )

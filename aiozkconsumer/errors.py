@@ -35,6 +35,8 @@ __all__ = [
     "UnknownTopicError",
     "ZookeeperConnectionError",
     "ZookeeperError",
+    "ZookeeperBadVersionError",
+    "ZookeeperNoNodeError",
     "ZookeeperNodeExistsError",
     "ZookeeperSessionExpiredError",
 ]

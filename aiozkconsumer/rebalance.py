@@ -1,8 +1,9 @@
 """Rebalance: the pure plan and the serialized worker that carries it out.
 
-``plan_assignment`` is pure: from a view of the group (members' registrations, the topics and
-their partitions) it returns the global assignment, exactly as the original's assignors (every
-member computes the same plan from the same view). ``Rebalancer`` performs one
+The decisions are pure functions in ``plan.py`` (the assignment, what to keep, release and
+acquire, whether claims hold); ``Rebalancer`` reads the view and performs them. It is given its
+parts (config, ZooKeeper session, cluster view, offset store, fetcher, ownership state,
+membership, fenced committer, listener), never the connector. It performs one
 ``syncedRebalance`` (``ZookeeperConsumerConnector.scala``, 0.10.2, §3.4–3.5 of the reference):
 assign from a fresh view, release what moves (stop handing it out and fetching it, commit its
 consumed offsets with auto-commit on, call the listener, delete its owner nodes), read the
@@ -21,17 +22,20 @@ Beyond the original:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
+from anyio.abc import TaskGroup
 
-from .assignors import Assignment, AssignmentContext, get_assignor
-from .cluster import read_brokers, read_partitions_for_topics
+from ._concurrency import gather, gather_outcomes
+from .cluster import ClusterView
+from .commits import FencedCommitter
+from .config import ConsumerConfig
 from .errors import (
     ConsumerError,
     ConsumerRebalanceFailedError,
@@ -41,44 +45,44 @@ from .errors import (
     ZookeeperError,
     ZookeeperSessionExpiredError,
 )
+from .fetcher import FetcherManager
+from .membership import Membership
+from .metrics import ConsumerMetrics
+from .offsets import OffsetStore
+from .ownership import OwnershipState
+from .plan import Moves, decide_claims, decide_fencing, plan_assignment, plan_moves
 from .records import PartitionTopicInfo, TopicPartition
 from .subscription import ConsumerThreadId, TopicCount, construct_topic_count
 from .zk import layout
+from .zk.client import ZkClient
 
 if TYPE_CHECKING:
-    from .connector import ZookeeperConsumerConnector
+    from .stream import ChunkQueue
 
-__all__ = ["RebalanceRecord", "Rebalancer", "plan_assignment"]
+__all__ = [
+    "HISTORY_LIMIT",
+    "RebalanceListener",
+    "RebalanceRecord",
+    "Rebalancer",
+    "plan_assignment",
+]
 
 log = logging.getLogger(__name__)
 
+HISTORY_LIMIT = 100
+"""How many ``RebalanceRecord``s a member keeps (the most recent ones)."""
 
-def plan_assignment(
-    *,
-    group: str,
-    consumer_id: str,
-    topic_counts: Mapping[str, TopicCount],
-    partitions_for_topic: Mapping[str, Iterable[int]],
-    strategy: str,
-) -> Assignment:
-    """Compute the group's assignment from one view of it (pure).
 
-    Args:
-        group: ``group.id``.
-        consumer_id: the consumer id string of the member computing the plan.
-        topic_counts: every member's subscription, by consumer id string.
-        partitions_for_topic: partition ids of each subscribed topic.
-        strategy: ``partition.assignment.strategy`` (``range`` or ``roundrobin``).
+class RebalanceListener(Protocol):
+    """The two hooks the rebalancer calls (``ConsumerRebalanceListener``, 0.9+)."""
 
-    Returns:
-        ``{consumer id: {TopicPartition: ConsumerThreadId}}`` with an entry (maybe empty) for
-        every member, as the original's assignors return.
+    def before_releasing_partitions(
+        self, partition_ownership: dict[str, set[int]]
+    ) -> Awaitable[None]: ...
 
-    Raises:
-        InvalidConfigError: unknown strategy.
-    """
-    ctx = AssignmentContext.build(group, consumer_id, topic_counts, partitions_for_topic)
-    return get_assignor(strategy)(ctx)
+    def before_starting_fetchers(
+        self, consumer_id: str, global_partition_assignment: dict[str, dict[int, ConsumerThreadId]]
+    ) -> Awaitable[None]: ...
 
 
 async def _call_listener(call: Awaitable[None]) -> None:
@@ -124,39 +128,99 @@ class RebalanceRecord:
 
 
 class Rebalancer:
-    """Performs rebalances for one connector, one at a time (the caller holds the lock).
+    """Performs rebalances for one member, one at a time (the caller holds the lock).
 
     Args:
-        connector: the connector whose fetchers, queues, offsets and ZooKeeper session it uses.
+        config: the consumer configuration.
+        consumer_id: this member's consumer id string.
+        zk: the ZooKeeper session.
+        cluster: where brokers, topics and partitions come from.
+        offset_store: reads committed offsets of acquired partitions; forgets released ones.
+        fetcher: the fetcher manager (stopped/started per partition).
+        ownership: the member's ownership state.
+        membership: the registration (re-registers after a replaced session).
+        committer: commits consumed offsets of released partitions (auto-commit on).
+        metrics: ``RebalanceRateAndTime``.
+        topic_count: returns this member's subscription.
+        task_group: returns the task group that owns the fetcher tasks.
+        is_closing: whether the member is shutting down (attempts stop).
+        fetch_enabled: whether this member fetches what it owns.
+        on_no_brokers: called when ZooKeeper has no broker (starts a watch on them).
+        on_attempt_failed: called after each failed attempt.
+        connection_retry_window_s: how long attempts lost to ZooKeeper connection loss are
+            not counted against ``rebalance.max.retries``.
+
+    Attributes:
+        listener: the rebalance listener, or ``None``.
+        history: the last ``HISTORY_LIMIT`` rebalances, oldest first.
+        completed: rebalances that ended owning their assignment, all time.
+        failed_attempts: attempts that failed, all time.
     """
 
-    def __init__(self, connector: ZookeeperConsumerConnector) -> None:
-        self.c = connector
-        self.history: list[RebalanceRecord] = []
+    def __init__(
+        self,
+        *,
+        config: ConsumerConfig,
+        consumer_id: str,
+        zk: ZkClient,
+        cluster: ClusterView,
+        offset_store: OffsetStore,
+        fetcher: FetcherManager,
+        ownership: OwnershipState,
+        membership: Membership,
+        committer: FencedCommitter,
+        metrics: ConsumerMetrics,
+        topic_count: Callable[[], TopicCount | None],
+        task_group: Callable[[], TaskGroup],
+        is_closing: Callable[[], bool],
+        fetch_enabled: bool = True,
+        on_no_brokers: Callable[[], None] = lambda: None,
+        on_attempt_failed: Callable[[], None] = lambda: None,
+        connection_retry_window_s: float = 0.0,
+    ) -> None:
+        self.config = config
+        self.consumer_id = consumer_id
+        self.zk = zk
+        self.cluster = cluster
+        self.offset_store = offset_store
+        self.fetcher = fetcher
+        self.ownership = ownership
+        self.membership = membership
+        self.committer = committer
+        self.metrics = metrics
+        self.topic_count = topic_count
+        self.task_group = task_group
+        self.is_closing = is_closing
+        self.fetch_enabled = fetch_enabled
+        self.on_no_brokers = on_no_brokers
+        self.on_attempt_failed = on_attempt_failed
+        self.connection_retry_window_s = connection_retry_window_s
+        self.listener: RebalanceListener | None = None
+        self.history: deque[RebalanceRecord] = deque(maxlen=HISTORY_LIMIT)
+        self.completed = 0
         self.failed_attempts = 0
         self.last_moves = (0, 0, 0)
         self._members: tuple[str, ...] = ()
 
     async def synced_rebalance(self, reason: str) -> None:
         """Time ``_synced_rebalance`` in ``RebalanceRateAndTime`` (KAFKA-1446)."""
-        with self.c.metrics.rebalance_rate_and_time().time():
+        with self.metrics.rebalance_rate_and_time().time():
             await self._synced_rebalance(reason)
 
     async def _synced_rebalance(self, reason: str) -> None:
         """Run up to ``rebalance.max.retries`` attempts (``syncedRebalance``).
 
         An attempt cut short by ZooKeeper connection loss or session expiry does not use up
-        one of them: the next one starts when the session is connected again, within the
-        connector's ``connection_retry_window_s`` (the original's ZkClient blocked the
-        attempt until the connection was back).
+        one of them: the next one starts when the session is connected again, within
+        ``connection_retry_window_s`` (the original's ZkClient blocked the attempt until the
+        connection was back).
 
         Raises:
             ConsumerRebalanceFailedError: no attempt succeeded. The consumer then owns no
                 partition and fetches nothing; it stays registered, and the next trigger
                 (member change, new session) rebalances again.
         """
-        c = self.c
-        cfg = c.config
+        cfg = self.config
         started, t0 = time.time(), time.monotonic()
         backoff_s = cfg.effective_rebalance_backoff_ms / 1000
         last_error: BaseException | None = None
@@ -164,20 +228,18 @@ class Rebalancer:
         attempt = 0
         while attempt < cfg.rebalance_max_retries:
             attempt += 1
-            if c.closing:
+            if self.is_closing():
                 return
-            log.info(
-                "[%s] begin rebalancing (attempt %d, %s)", c.consumer_id_string, attempt, reason
-            )
+            log.info("[%s] begin rebalancing (attempt %d, %s)", self.consumer_id, attempt, reason)
             blocking: list[str] = []
             self.last_moves = (0, 0, 0)
             try:
                 # The session may have been replaced since the last attempt (or since the
                 # rebalance began): own nothing of the old one and register again first.
-                await c.handle_new_session_if_needed()
+                await self.membership.handle_new_session_if_needed()
                 done = await self._rebalance(blocking)
             except (ConsumerError, MalformedZookeeperDataError, ZookeeperError) as e:
-                log.info("[%s] exception during rebalance: %s", c.consumer_id_string, e)
+                log.info("[%s] exception during rebalance: %s", self.consumer_id, e)
                 last_error, done = e, False
             if done:
                 self._record(started, t0, attempt, True, reason)
@@ -185,31 +247,31 @@ class Rebalancer:
             # A failed attempt keeps what it kept (it still holds those owner nodes, so nobody
             # else can take them) and waits before the next one.
             self.failed_attempts += 1
-            c.rebalance_attempt_failed()
+            self.on_attempt_failed()
             if isinstance(last_error, (ZookeeperConnectionError, ZookeeperSessionExpiredError)):
                 now = anyio.current_time()
                 if connection_deadline is None:
-                    connection_deadline = now + c.connection_retry_window_s
-                if now < connection_deadline and not c.closing:
+                    connection_deadline = now + self.connection_retry_window_s
+                if now < connection_deadline and not self.is_closing():
                     attempt -= 1  # lost to the connection, not to the group: not counted
                     with anyio.move_on_after(connection_deadline - now):
-                        await c.zk.wait_for_state("connected")
+                        await self.zk.wait_for_state("connected")
                         await anyio.sleep(backoff_s)
                     continue
             try:
                 if blocking:
-                    await c.zk.wait_deleted(blocking, backoff_s)
+                    await self.zk.wait_deleted(blocking, backoff_s)
                 else:
                     await anyio.sleep(backoff_s)
             except ZookeeperError as e:
-                log.info("[%s] waiting before the next attempt: %s", c.consumer_id_string, e)
+                log.info("[%s] waiting before the next attempt: %s", self.consumer_id, e)
                 await anyio.sleep(backoff_s)
         # Out of attempts: own nothing, fetch nothing, as the original after its last attempt.
-        await self._release(list(c.topic_registry))
-        await c.fetcher.stop_connections()
+        await self._release(self.ownership.owned())
+        await self.fetcher.stop_connections()
         self._record(started, t0, cfg.rebalance_max_retries, False, reason)
         raise ConsumerRebalanceFailedError(
-            f"{c.consumer_id_string} can't rebalance after {cfg.rebalance_max_retries} retries"
+            f"{self.consumer_id} can't rebalance after {cfg.rebalance_max_retries} retries"
             + (f"; last error: {last_error}" if last_error else "")
         ) from last_error
 
@@ -219,7 +281,7 @@ class Rebalancer:
             duration_s=time.monotonic() - t0,
             attempts=attempts,
             succeeded=ok,
-            partitions=tuple(sorted(self.c.topic_registry)),
+            partitions=self.ownership.owned(),
             reason=reason,
             members=self._members,
             kept=self.last_moves[0],
@@ -227,9 +289,11 @@ class Rebalancer:
             acquired=self.last_moves[2],
         )
         self.history.append(rec)
+        if ok:
+            self.completed += 1
         log.info(
             "[%s] rebalance %s in %.3f s after %d attempt(s); owns %d partitions",
-            self.c.consumer_id_string,
+            self.consumer_id,
             "done" if ok else "FAILED",
             rec.duration_s,
             attempts,
@@ -245,71 +309,57 @@ class Rebalancer:
         offsets are committed while we still own them (auto-commit on), the listener's
         ``before_releasing_partitions`` sees them, then their owner nodes are deleted.
         """
-        c = self.c
-        registry = c.topic_registry
-        released = {tp: registry[tp] for tp in tps if tp in registry}
+        released = self.ownership.deactivate(tps)
         if not released:
             return
-        for pti in released.values():
-            pti.active = False
-        c.fetcher.remove_partitions(released)
-        if c.config.auto_commit_enable:
+        self.fetcher.remove_partitions(released)
+        if self.config.auto_commit_enable:
             try:
                 final = {tp: p.consumed_offset for tp, p in released.items()}
-                await c.store_commit(final, c.config.offsets_commit_max_retries)
+                await self.committer.commit(final, self.config.offsets_commit_max_retries)
             except (ZookeeperError, OffsetStorageError) as e:
-                log.warning("[%s] commit before release failed: %s", c.consumer_id_string, e)
-        if c.listener is not None:
+                log.warning("[%s] commit before release failed: %s", self.consumer_id, e)
+        if self.listener is not None:
             ownership: dict[str, set[int]] = {}
             for tp in released:
                 ownership.setdefault(tp.topic, set()).add(tp.partition)
-            await _call_listener(c.listener.before_releasing_partitions(ownership))
-        for tp in sorted(released):
-            # Only our own node: after a session expiry it may be another member's by now.
-            await c.zk.delete_if_owned(layout.owner_path(c.config.group_id, tp.topic, tp.partition))
-        c.offset_store.forget(released)
-        for tp in released:
-            c.committed_offsets.pop(tp, None)
-        c.topic_registry = {tp: p for tp, p in registry.items() if tp not in released}
-        c.owned_partitions_changed()
+            await _call_listener(self.listener.before_releasing_partitions(ownership))
+        await self._delete_owner_nodes(released)
+        self.offset_store.forget(released)
+        self.ownership.release(released)
 
-    async def _rebalance(self, blocking: list[str]) -> bool:
-        """One attempt (``rebalance(cluster)``). Returns ``True`` on success.
+    async def _delete_owner_nodes(self, tps: Iterable[TopicPartition]) -> None:
+        """Delete our owner nodes of ``tps`` (only our own: after a session expiry a node may
+        be another member's by now)."""
+        group = self.config.group_id
+        await gather(
+            self.zk.delete_if_owned(layout.owner_path(group, tp.topic, tp.partition))
+            for tp in sorted(tps)
+        )
 
-        ``blocking`` receives the owner paths held by others when the claim fails.
+    async def _read_view(self) -> tuple[dict[str, TopicCount], list[str], bool] | None:
+        """Read the members' subscriptions and the topic list.
+
+        Returns:
+            ``(topic counts by member, all topics, from_kafka)``, or ``None`` when ZooKeeper
+            has no broker (nothing to assign; a watch on ``/brokers/ids`` is started).
         """
-        c = self.c
-        cfg = c.config
-        group = cfg.group_id
-        zk = c.zk
-        me = c.consumer_id_string
-        own = await zk.get_data(layout.ids_path(group, me))
-        if own is None:
-            # Gone with an expired session this member has not noticed yet: register on the
-            # current session (the session watcher drops the old ownership before the next
-            # attempt).
-            log.warning("[%s] own registration is missing: registering again", me)
-            await c.register()
-            return False
-        from_kafka = await c.metadata_from_kafka()
+        cfg = self.config
+        group, me, zk = cfg.group_id, self.consumer_id, self.zk
+        from_kafka = await self.cluster.metadata_from_kafka()
         if from_kafka:
-            kafka = await c.ensure_kafka()
-            all_topics = sorted(await kafka.all_topics())
-            brokers = None
+            all_topics = await self.cluster.all_topics()
         else:
-            brokers = await read_brokers(zk)
-            if not brokers:
+            if not await self.cluster.brokers():
                 log.warning("[%s] no brokers found when trying to rebalance.", me)
-                c.watch_broker_ids()
-                return True
-            all_topics = await zk.get_children(layout.BROKER_TOPICS_PATH) or []
+                self.on_no_brokers()
+                return None
+            all_topics = await self.cluster.all_topics()
         members = sorted(await zk.get_children(layout.ids_dir(group)) or [])
         self._members = tuple(members)
         topic_counts: dict[str, TopicCount] = {}
         # ZooKeeper answers pipelined requests in order on one connection: read all at once.
-        datas = await asyncio.gather(
-            *(zk.get_data(layout.ids_path(group, member)) for member in members)
-        )
+        datas = await gather(zk.get_data(layout.ids_path(group, member)) for member in members)
         for member, data in zip(members, datas, strict=True):
             path = layout.ids_path(group, member)
             if data is None:
@@ -328,88 +378,88 @@ class Rebalancer:
             )
         if me not in topic_counts:
             raise ConsumerError(f"own registration of {me} vanished during rebalance")
+        return topic_counts, all_topics, from_kafka
+
+    async def _rebalance(self, blocking: list[str]) -> bool:
+        """One attempt (``rebalance(cluster)``). Returns ``True`` on success.
+
+        ``blocking`` receives the owner paths held by others when the claim fails.
+        """
+        cfg = self.config
+        me = self.consumer_id
+        if await self.zk.get_data(self.membership.path) is None:
+            # Gone with an expired session this member has not noticed yet: register on the
+            # current session (the session watcher drops the old ownership before the next
+            # attempt).
+            log.warning("[%s] own registration is missing: registering again", me)
+            await self.membership.register()
+            return False
+        view = await self._read_view()
+        if view is None:
+            return True
+        topic_counts, _, _ = view
         topics = {
             t
             for tcount in topic_counts.values()
             for t in tcount.get_consumer_thread_ids_per_topic()
         }
-        if from_kafka:
-            partitions = await kafka.partitions_for_topics(topics)
-        else:
-            partitions = await read_partitions_for_topics(zk, topics)
+        partitions = await self.cluster.partitions_for_topics(topics)
         assignment = plan_assignment(
-            group=group,
+            group=cfg.group_id,
             consumer_id=me,
             topic_counts=topic_counts,
             partitions_for_topic=partitions,
             strategy=cfg.partition_assignment_strategy,
         )
         mine = assignment.get(me, {})
-
-        # Incremental: partitions that stay ours (same stream) keep fetching and keep their
-        # owner nodes; only the ones that move are released, and only new ones claimed. Every
-        # member computes the same plan, so nobody else claims what we keep.
-        registry = c.topic_registry
-        keep = {
-            tp
-            for tp, tid in mine.items()
-            if tp in registry
-            and registry[tp].active
-            and registry[tp].queue is c.queue_for(tp.topic, tid)
+        own = self.ownership
+        wanted: dict[TopicPartition, ChunkQueue] = {
+            tp: own.queue_for(tp.topic, tid) for tp, tid in mine.items()
         }
-        await self._release([tp for tp in registry if tp not in keep])
-        acquire = {tp: tid for tp, tid in mine.items() if tp not in keep}
-        offsets = await c.offset_store.fetch(acquire)
-        if c.closing:
+        moves: Moves[ChunkQueue] = plan_moves(own.owned_streams(), wanted)
+        await self._release(moves.release)
+        acquire = {tp: mine[tp] for tp in moves.acquire}
+        offsets = await self.offset_store.fetch(acquire)
+        if self.is_closing():
             return False
-        c.committed_offsets.update({tp: o for tp, o in offsets.items() if o >= 0})
-        new_ptis: dict[TopicPartition, PartitionTopicInfo] = {}
-        for tp, thread_id in acquire.items():
-            offset = offsets[tp]
-            new_ptis[tp] = PartitionTopicInfo(
-                topic=tp.topic,
-                partition=tp.partition,
-                queue=c.queue_for(tp.topic, thread_id),
-                meters=c.message_meters(tp.topic),
-                consumed_offset=offset,
-                fetched_offset=offset,
-                fetch_size=cfg.fetch_message_max_bytes,
-                client_id=cfg.effective_client_id,
-                gate=c.gate,
-            )
+        new_ptis = {tp: self._partition_info(tp, moves.acquire[tp], offsets[tp]) for tp in acquire}
         if not await self._claim(acquire, blocking):
             return False
-        # Fencing: each claim moves the partition's fencing token on, so a former owner
-        # (a zombie that has not noticed yet) can no longer commit it.
-        tokens = await asyncio.gather(
-            *(
-                c.zk.bump(
-                    layout.fencing_path(cfg.group_id, tp.topic, tp.partition),
-                    layout.encode_owner(str(acquire[tp])),
-                )
-                for tp in new_ptis
-            )
-        )
-        for pti, token in zip(new_ptis.values(), tokens, strict=True):
-            pti.fence = token
-        c.topic_registry = {**c.topic_registry, **new_ptis}
-        self.last_moves = (len(keep), len(registry) - len(keep), len(new_ptis))
-        c.owned_partitions_changed()
-        if c.listener is not None:
+        await self._fence(acquire, new_ptis)
+        own.acquire(new_ptis.values())
+        own.record_committed(offsets)
+        self.last_moves = moves.counts
+        if self.listener is not None:
             global_view: dict[str, dict[int, ConsumerThreadId]] = {}
             for per_consumer in assignment.values():
                 for tp, tid in per_consumer.items():
                     global_view.setdefault(tp.topic, {})[tp.partition] = tid
-            await _call_listener(c.listener.before_starting_fetchers(me, global_view))
-        if c.fetch_enabled and c.topic_registry:
-            await c.ensure_kafka(brokers)
-            if not c.fetcher.running:
+            await _call_listener(self.listener.before_starting_fetchers(me, global_view))
+        if self.fetch_enabled and len(own):
+            self.fetcher.kafka = await self.cluster.kafka()
+            if not self.fetcher.running:
                 # Also after an attempt that failed once its claims were in (a broker was
                 # unreachable): everything owned must be fetched, not only what is new.
-                await c.fetcher.start_connections(c.topic_registry.values(), c.task_group)
+                await self.fetcher.start_connections(own.registry.values(), self.task_group())
             elif new_ptis:
-                c.fetcher.add_partitions(new_ptis.values())
+                self.fetcher.add_partitions(new_ptis.values())
         return True
+
+    def _partition_info(
+        self, tp: TopicPartition, queue: ChunkQueue, offset: int
+    ) -> PartitionTopicInfo:
+        cfg = self.config
+        return PartitionTopicInfo(
+            topic=tp.topic,
+            partition=tp.partition,
+            queue=queue,
+            meters=(self.metrics.messages_per_sec(tp.topic), self.metrics.messages_per_sec()),
+            consumed_offset=offset,
+            fetched_offset=offset,
+            fetch_size=cfg.fetch_message_max_bytes,
+            client_id=cfg.effective_client_id,
+            gate=self.ownership.gate,
+        )
 
     async def _claim(
         self, mine: Mapping[TopicPartition, ConsumerThreadId], blocking: list[str]
@@ -417,37 +467,64 @@ class Rebalancer:
         """Create our owner nodes (``reflectPartitionOwnershipDecision``).
 
         Tries all, not stopping at the first conflict; on any conflict deletes those created
-        in this attempt and returns ``False``.
+        in this attempt and returns ``False``; on an error deletes them and raises it.
         """
-        c = self.c
-        created: list[str] = []
+        group = self.config.group_id
         items = sorted(mine.items())
-        paths = [layout.owner_path(c.config.group_id, tp.topic, tp.partition) for tp, _ in items]
-        results = await asyncio.gather(
-            *(
-                c.zk.create_ephemeral_expect_conflict(path, layout.encode_owner(str(thread_id)))
-                for path, (_, thread_id) in zip(paths, items, strict=True)
-            ),
-            return_exceptions=True,
+        results = await gather_outcomes(
+            self.zk.create_ephemeral_expect_conflict(
+                layout.owner_path(group, tp.topic, tp.partition), layout.encode_owner(str(tid))
+            )
+            for tp, tid in items
         )
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            # Undo what did get created, then fail the attempt with the first error.
-            made = [p for p, r in zip(paths, results, strict=True) if r is True]
-            await asyncio.gather(*(c.zk.delete(p) for p in made), return_exceptions=True)
-            raise errors[0]
-        for path, (tp, _), ok in zip(paths, items, results, strict=True):
-            if ok:
-                created.append(path)
-            else:
-                log.info(
-                    "[%s] waiting for the partition ownership to be deleted: %s for topic %s",
-                    c.consumer_id_string,
-                    tp.partition,
-                    tp.topic,
-                )
-                blocking.append(path)
-        if blocking:
-            await asyncio.gather(*(c.zk.delete(path) for path in created))
-            return False
-        return True
+        outcome = decide_claims(dict(zip((tp for tp, _ in items), results, strict=True)))
+        for tp in sorted(outcome.blocking):
+            log.info(
+                "[%s] waiting for the partition ownership to be deleted: %s for topic %s",
+                self.consumer_id,
+                tp.partition,
+                tp.topic,
+            )
+            blocking.append(layout.owner_path(group, tp.topic, tp.partition))
+        await self._undo_claims(outcome.undo, swallow=outcome.error is not None)
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.succeeded
+
+    async def _undo_claims(self, tps: Iterable[TopicPartition], *, swallow: bool) -> None:
+        """Delete owner nodes this attempt created (best effort when ``swallow``)."""
+        group = self.config.group_id
+        paths = [layout.owner_path(group, tp.topic, tp.partition) for tp in sorted(tps)]
+        if not paths:
+            return
+        if swallow:
+            await gather_outcomes(self.zk.delete(p) for p in paths)
+        else:
+            await gather(self.zk.delete(p) for p in paths)
+
+    async def _fence(
+        self,
+        claimed: Mapping[TopicPartition, ConsumerThreadId],
+        new_ptis: Mapping[TopicPartition, PartitionTopicInfo],
+    ) -> None:
+        """Move each claimed partition's fencing token on, so a former owner (a zombie that
+        has not noticed yet) can no longer commit it.
+
+        Raises:
+            ZookeeperError: a bump failed; every claim of this attempt was deleted again
+                first (no owner node stays without an entry in the ownership state).
+        """
+        group = self.config.group_id
+        items = sorted(claimed.items())
+        results = await gather_outcomes(
+            self.zk.bump(
+                layout.fencing_path(group, tp.topic, tp.partition), layout.encode_owner(str(tid))
+            )
+            for tp, tid in items
+        )
+        outcome = decide_fencing(dict(zip((tp for tp, _ in items), results, strict=True)))
+        if outcome.error is not None:
+            await self._undo_claims(outcome.undo, swallow=True)
+            raise outcome.error
+        for tp, token in outcome.tokens.items():
+            new_ptis[tp].fence = token

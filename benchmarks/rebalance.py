@@ -179,7 +179,7 @@ def patch_original(backoff_s: float) -> None:
     incremental = Rebalancer._rebalance
 
     async def release_everything_first(self: Any, blocking: list[str]) -> bool:
-        await self._release(list(self.c.topic_registry))
+        await self._release(self.ownership.owned())
         return await incremental(self, blocking)
 
     async def sleep_backoff(self: Any, paths: Iterable[str], timeout_s: float) -> bool:

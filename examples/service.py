@@ -191,7 +191,7 @@ class ConsumerService:
             "state": stats.state.value,
             "consumer_id": stats.consumer_id,
             "session_id": None if stats.session_id is None else f"0x{stats.session_id:x}",
-            "generation": stats.generation,
+            "completed_rebalances": stats.completed_rebalances,
             "owned_partitions": owned,
             "records_handled": self.records_handled,
             "last_error": None if error is None else f"{type(error).__name__}: {error}",

@@ -225,7 +225,7 @@ class GroupMember:
         self, tps: list[TopicPartition], timestamp: int
     ) -> dict[TopicPartition, int]:
         c = self._require()
-        kafka = await c.ensure_kafka()
+        kafka = await c.cluster.kafka()
         backoff_s = c.config.refresh_leader_backoff_ms / 1000
         attempts = 4
         for attempt in range(1, attempts + 1):
@@ -244,7 +244,7 @@ class GroupMember:
         return self._thread.run(self._bootstrap(), CALL_TIMEOUT_S)
 
     async def _bootstrap(self) -> str:
-        kafka = await self._require().ensure_kafka()
+        kafka = await self._require().cluster.kafka()
         return kafka.bootstrap_servers
 
     def commit(self, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:

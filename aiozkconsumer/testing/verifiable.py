@@ -393,7 +393,7 @@ class VerifiableConsumer:
     def _emit(self, event_type: str, **fields: Any) -> None:
         stats = self.connector.statistics()
         fields.setdefault("session", _session_text(stats.session_id))
-        fields.setdefault("generation", stats.generation)
+        fields.setdefault("generation", stats.completed_rebalances)
         if event_type == "state":
             fields.setdefault("session_password", self._session_password())
         self.writer.write(event_type, **fields)
@@ -435,7 +435,7 @@ class VerifiableConsumer:
                 "assigned",
                 partitions=_entries(claimed),
                 reason=reason,
-                generation=stats.generation + 1 if generation is None else generation,
+                generation=stats.completed_rebalances + 1 if generation is None else generation,
             )
         self._owned = owned
 
@@ -456,7 +456,7 @@ class VerifiableConsumer:
             "revoked",
             partitions=_entries(sorted(released)),
             reason="rebalance",
-            generation=self.connector.statistics().generation + 1,
+            generation=self.connector.statistics().completed_rebalances + 1,
         )
         self._owned -= released
 
@@ -471,7 +471,7 @@ class VerifiableConsumer:
                 ``statistics()`` says what this member owns now).
         """
         self._sync_session()
-        self._sync_owned("rebalance", self.connector.statistics().generation + 1)
+        self._sync_owned("rebalance", self.connector.statistics().completed_rebalances + 1)
 
     # -- tasks ---------------------------------------------------------------------------
 

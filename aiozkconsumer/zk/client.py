@@ -251,6 +251,25 @@ class ZkClient:
             last_id = self.session_id
             yield (States.CONNECTED, last_id)
 
+    async def connection_drops(self) -> AsyncIterator[None]:
+        """Yield each time the connection to the server drops, the moment it does.
+
+        aiozk notices a connection the server closed (for example because it expired the
+        session) only at the next request; until then the session state still says connected.
+        This follows the connection's read loop instead, so the caller learns at once.
+        """
+        dead: Any = None
+        while True:
+            session = self._zk.session if self._zk is not None else None
+            conn = getattr(session, "conn", None)
+            task = getattr(conn, "read_loop_task", None)
+            if conn is None or conn is dead or task is None:
+                await asyncio.sleep(0.05)  # aiozk offers no event for a new connection
+                continue
+            await asyncio.wait({task})
+            dead = conn
+            yield
+
     # -- requests ------------------------------------------------------------------------
 
     async def _call(self, path: str, coro: Any) -> Any:

@@ -1,0 +1,142 @@
+"""Fenced offset commits and the auto-commit task.
+
+Every commit of a member is fenced: it lands only for partitions whose fencing token (the
+version of ``/consumers/<g>/fencing/<t>/<p>``, bumped by each claim) is still the one this
+member saw when it claimed them, so a zombie — a member paused past its session timeout — can
+never move the new owner's committed offset back. Beyond the original, which had no fencing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+import anyio
+
+from ._concurrency import gather
+from .config import ConsumerConfig
+from .errors import CommitFencedError, OffsetStorageError, ZookeeperError
+from .metrics import ConsumerMetrics
+from .offsets import OffsetStore, ZookeeperOffsetStore
+from .ownership import OwnershipState
+from .records import TopicPartition
+from .zk import layout
+from .zk.client import ZkClient
+
+__all__ = ["FencedCommitter"]
+
+log = logging.getLogger(__name__)
+
+
+class FencedCommitter:
+    """Commits offsets of owned partitions through the offset store, fenced.
+
+    Args:
+        config: the consumer configuration (``group.id``, ``offsets.commit.max.retries``).
+        consumer_id: the consumer id string, for the log.
+        zk: the ZooKeeper session (fencing nodes).
+        store: the offset store (``offsets.storage``).
+        ownership: the member's ownership state (what it owns, the tokens it holds).
+        metrics: the metrics whose commit meters each write marks.
+        on_fenced: called with the partitions found fenced (another member claimed them
+            since): the owner drops them and requests a rebalance.
+    """
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        consumer_id: str,
+        zk: ZkClient,
+        store: OffsetStore,
+        ownership: OwnershipState,
+        metrics: ConsumerMetrics,
+        on_fenced: Callable[[set[TopicPartition]], None],
+    ) -> None:
+        self.config = config
+        self.consumer_id = consumer_id
+        self.zk = zk
+        self.store = store
+        self.ownership = ownership
+        self.metrics = metrics
+        self.on_fenced = on_fenced
+
+    async def commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
+        """Commit owned partitions' offsets, fenced, counting the writes in the commit meters.
+
+        Owned partitions are committed only while their fencing token is unchanged: in the
+        same ZooKeeper multi-op with ZooKeeper storage, by a check just before with Kafka
+        storage. A partition found fenced, or not owned, is not committed; ``on_fenced`` is
+        called with those found fenced.
+
+        Args:
+            offsets: ``{tp: next offset to read}``.
+            retries: Kafka commit retries (``offsets.commit.max.retries`` or 0).
+
+        Returns:
+            The number of partitions written.
+
+        Raises:
+            CommitFencedError: some partitions were fenced or not owned (the others were
+                committed).
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+            OffsetCommitError: Kafka refused some offsets after every attempt.
+        """
+        store = self.store
+        owned = self.ownership
+        # Only what this member owns now: a partition it lost (session expiry, fencing) is
+        # someone else's to commit.
+        fenced: set[TopicPartition] = {tp for tp in offsets if tp not in owned}
+        offsets = {tp: o for tp, o in offsets.items() if tp in owned}
+        fences = owned.fences(offsets)
+        if fences and not isinstance(store, ZookeeperOffsetStore):
+            fenced |= await self._fenced(fences)
+            offsets = {tp: o for tp, o in offsets.items() if tp not in fenced}
+        zk_before, kafka_before = store.zookeeper_commits, store.kafka_commits
+        try:
+            written = await store.commit(offsets, retries=retries, fences=fences)
+        except CommitFencedError as e:
+            fenced |= e.fenced
+            written = 0
+        finally:
+            if store.zookeeper_commits > zk_before:
+                self.metrics.zookeeper_commits_per_sec().mark(store.zookeeper_commits - zk_before)
+            if store.kafka_commits > kafka_before:
+                self.metrics.kafka_commits_per_sec().mark(store.kafka_commits - kafka_before)
+            owned.record_committed({tp: o for tp, o in offsets.items() if tp not in fenced})
+        if fenced:
+            self.on_fenced({tp for tp in fenced if tp in owned})
+            raise CommitFencedError(self.config.group_id, fenced)
+        return written
+
+    async def _fenced(self, fences: Mapping[TopicPartition, int]) -> set[TopicPartition]:
+        """Partitions whose fencing node moved past the token we hold (read all at once)."""
+        group = self.config.group_id
+        items = sorted(fences.items())
+        got = await gather(
+            self.zk.get(layout.fencing_path(group, tp.topic, tp.partition)) for tp, _ in items
+        )
+        return {
+            tp
+            for (tp, token), node in zip(items, got, strict=True)
+            if node is None or node[1].version != token
+        }
+
+    async def auto_commit(self, interval_s: float) -> None:
+        """Commit the consumed offsets every ``interval_s`` seconds, forever.
+
+        Skipped while the gate is closed (the session is in doubt: another member may own the
+        partitions); a failure is logged and the next round tries again.
+        """
+        while True:
+            await anyio.sleep(interval_s)
+            if not self.ownership.gate.passable():
+                continue
+            try:
+                await self.commit(
+                    self.ownership.consumed_offsets(), self.config.offsets_commit_max_retries
+                )
+            except (ZookeeperError, OffsetStorageError) as e:
+                log.warning("[%s] auto-commit failed: %s", self.consumer_id, e)
+
+    def __repr__(self) -> str:
+        return f"<FencedCommitter {self.consumer_id} store={type(self.store).__name__}>"

@@ -1,0 +1,125 @@
+"""Shutdown: every cleanup step under its own limit; ``async with`` waits for a shutdown
+started elsewhere. Real ZooKeeper and Kafka; the brokers reached through a proxy a test cuts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+from aiozkconsumer import ConnectorState, ZookeeperConsumerConnector
+from aiozkconsumer.connector import CLOSE_COMMIT_LIMIT_S, CLOSE_STEP_LIMIT_S
+from aiozkconsumer.testing import LocalCluster
+from aiozkconsumer.zk import layout
+from aiozkconsumer.zk.client import ZkClient
+from _support import config_for
+
+pytestmark = pytest.mark.integration
+
+SHUTDOWN_BOUND_S = CLOSE_COMMIT_LIMIT_S + 4 * CLOSE_STEP_LIMIT_S
+
+
+@pytest.fixture(scope="module")
+def broker_link_cluster() -> Iterator[LocalCluster]:
+    loop = asyncio.new_event_loop()
+    cluster = LocalCluster(proxy_links=1)
+    try:
+        loop.run_until_complete(cluster.start())
+        yield cluster
+    finally:
+        loop.run_until_complete(cluster.stop())
+        loop.close()
+
+
+async def _member_nodes(cluster: LocalCluster, group: str, topic: str) -> list[str]:
+    """The registration and owner nodes of ``group`` that exist now (raises on ZK errors)."""
+    zk = ZkClient(cluster.zookeeper_connect)
+    await zk.start()
+    try:
+        found = [
+            f"ids/{m}" for m in await zk.get_children(layout.ids_dir(group)) or []
+        ]
+        owners = await zk.get_children(f"/consumers/{group}/owners/{topic}") or []
+        return found + [f"owners/{topic}/{p}" for p in owners]
+    finally:
+        await zk.close()
+
+
+async def _running_member(
+    cluster: LocalCluster, group: str, topic: str
+) -> ZookeeperConsumerConnector:
+    """A member storing offsets in Kafka, reaching the brokers through link 0 only."""
+    link = cluster.link(0)
+    config = dataclasses.replace(
+        config_for(cluster, group, offsets_storage="kafka", dual_commit_enabled=False),
+        bootstrap_servers=link.bootstrap_servers,
+        offsets_commit_max_retries=10,
+    )
+    return ZookeeperConsumerConnector(config)
+
+
+async def test_a_hanging_final_commit_does_not_keep_zookeeper_open(
+    broker_link_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    cluster = broker_link_cluster
+    await cluster.create_topic(unique_topic, 2)
+    await cluster.produce_to_partitions(unique_topic, {0: [(b"k", b"v")] * 3, 1: [(b"k", b"v")]})
+    link = cluster.link(0)
+    c = await _running_member(cluster, unique_group_id, unique_topic)
+    try:
+        await c.start()
+        streams = await c.create_message_streams({unique_topic: 1})
+        with anyio.fail_after(60):
+            async for _ in streams[unique_topic][0]:
+                break  # one record consumed: the final commit has something to write
+        assert len(await _member_nodes(cluster, unique_group_id, unique_topic)) == 3
+        await link.cut("brokers")  # the Kafka offset commit now hangs
+        closed_nodes: list[list[str]] = []
+
+        async def on_closed() -> None:
+            while c.state is not ConnectorState.CLOSED:
+                await c.wait_for_state_change()
+            closed_nodes.append(await _member_nodes(cluster, unique_group_id, unique_topic))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(on_closed)
+            with anyio.fail_after(SHUTDOWN_BOUND_S + 10):
+                await c.shutdown()
+        assert c.state is ConnectorState.CLOSED
+        # Registration and owner nodes went with the closed session, before CLOSED was set.
+        assert closed_nodes == [[]]
+        assert c.zk.session_id is None or c.zk.state != "connected"
+    finally:
+        await link.heal("brokers")
+        await c.__aexit__(None, None, None)
+
+
+async def test_leaving_the_block_waits_for_a_shutdown_started_elsewhere(
+    broker_link_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    cluster = broker_link_cluster
+    await cluster.create_topic(unique_topic, 1)
+    await cluster.produce_to_partitions(unique_topic, {0: [(b"k", b"v")] * 2})
+    link = cluster.link(0)
+    c = await _running_member(cluster, unique_group_id, unique_topic)
+    try:
+        async with anyio.create_task_group() as outer:
+            async with c:
+                streams = await c.create_message_streams({unique_topic: 1})
+                with anyio.fail_after(60):
+                    async for _ in streams[unique_topic][0]:
+                        break
+                await link.cut("brokers")  # keeps the shutdown busy in its final commit
+                outer.start_soon(c.shutdown)  # e.g. a signal handler
+                with anyio.fail_after(30):
+                    while c.state is not ConnectorState.CLOSING:
+                        await c.wait_for_state_change()
+            # The block's exit returned: the shutdown under way has finished.
+            assert c.state is ConnectorState.CLOSED
+            assert await _member_nodes(cluster, unique_group_id, unique_topic) == []
+    finally:
+        await link.heal("brokers")

@@ -1,0 +1,72 @@
+"""The ZooKeeper adapter's error mapping (no server) and its node idioms (real ZooKeeper)."""
+
+from __future__ import annotations
+
+import pytest
+from aiozk import exc as zk_exc
+
+from aiozkconsumer.errors import (
+    ZookeeperBadVersionError,
+    ZookeeperConnectionError,
+    ZookeeperError,
+    ZookeeperNodeExistsError,
+    ZookeeperNoNodeError,
+    ZookeeperSessionExpiredError,
+)
+from aiozkconsumer.zk.client import ZkClient, map_zk_errors, parse_connect_string
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (zk_exc.NoNode, ZookeeperNoNodeError),
+        (zk_exc.NodeExists, ZookeeperNodeExistsError),
+        (zk_exc.BadVersion, ZookeeperBadVersionError),
+        (zk_exc.SessionExpired, ZookeeperSessionExpiredError),
+        (zk_exc.ConnectionLoss, ZookeeperConnectionError),
+        (zk_exc.NotEmpty, ZookeeperError),
+    ],
+)
+def test_library_errors_become_our_classes(raised: type[Exception], expected: type) -> None:
+    with pytest.raises(expected) as info, map_zk_errors("/consumers/g/ids/x"):
+        raise raised()
+    assert type(info.value) is expected
+    assert "/consumers/g/ids/x" in str(info.value)
+    path = getattr(info.value, "path", "/consumers/g/ids/x")
+    assert path == "/consumers/g/ids/x"
+
+
+def test_specific_errors_are_zookeeper_errors() -> None:
+    for cls in (ZookeeperNoNodeError, ZookeeperBadVersionError, ZookeeperNodeExistsError):
+        assert issubclass(cls, ZookeeperError)
+
+
+def test_connect_string_with_chroot() -> None:
+    assert parse_connect_string("a:1,b:2/kafka/") == ("a:1,b:2", "/kafka")
+    assert parse_connect_string("a:1/") == ("a:1", None)
+    assert parse_connect_string("a:1") == ("a:1", None)
+
+
+@pytest.mark.integration
+async def test_adapter_raises_specific_errors_against_a_real_server(
+    zk_kafka_cluster: object, unique_group_id: str
+) -> None:
+    zk = ZkClient(zk_kafka_cluster.zookeeper_connect)  # type: ignore[attr-defined]
+    await zk.start()
+    try:
+        path = f"/consumers/{unique_group_id}/probe"
+        assert await zk.get(path) is None  # a missing node is None, not an error
+        assert await zk.delete(path) is False
+        with pytest.raises(ZookeeperNoNodeError):
+            await zk.set_data(path, b"x")
+        await zk.create(path, b"1")
+        with pytest.raises(ZookeeperNodeExistsError):
+            await zk.create(path, b"2")
+        version = await zk.set_data(path, b"3", 0)
+        assert version == 1
+        with pytest.raises(ZookeeperBadVersionError):
+            await zk.set_data(path, b"4", 0)
+        assert await zk.get_data(path) == b"3"
+    finally:
+        await zk.delete_recursive(f"/consumers/{unique_group_id}")
+        await zk.close()
