@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import math
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import aiozkconsumer.metrics
 from aiozkconsumer.metrics import (
     ConsumerMetrics,
     PrometheusCollector,
@@ -477,3 +481,45 @@ def test_collector_without_prometheus_client_names_the_extra(
     monkeypatch.setitem(sys.modules, "prometheus_client.core", None)
     with pytest.raises(ImportError, match=r"aiozkconsumer\[prometheus\]"):
         metrics.collector()
+
+
+# ---- the package ------------------------------------------------------------------------
+
+
+def _imported_modules(module: str) -> set[str]:
+    """Top-level names of every module a metrics submodule imports (``.x`` for relative)."""
+    source = Path(aiozkconsumer.metrics.__file__).with_name(f"{module}.py").read_text()
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names.add("." * node.level + (node.module or "").split(".")[0])
+    return names
+
+
+def test_instruments_import_only_the_standard_library() -> None:
+    imported = _imported_modules("instruments")
+    assert imported
+    assert {name for name in imported if name not in sys.stdlib_module_names} == set()
+
+
+def test_registry_and_prometheus_import_no_client_library() -> None:
+    registry = _imported_modules("registry")
+    prometheus = _imported_modules("prometheus")
+    allowed = {".instruments", ".prometheus", ".registry", "prometheus_client"}
+    for imported in (registry, prometheus):
+        assert {n for n in imported if n not in sys.stdlib_module_names} <= allowed
+    assert "prometheus_client" not in registry  # imported lazily, by the collector only
+
+
+@pytest.mark.parametrize("name", aiozkconsumer.metrics.__all__)
+def test_the_package_re_exports_each_name_of_its_modules(name: str) -> None:
+    exported = getattr(aiozkconsumer.metrics, name)
+    homes = [
+        module
+        for module in ("instruments", "registry", "prometheus")
+        if getattr(importlib.import_module(f"aiozkconsumer.metrics.{module}"), name, None)
+        is exported
+    ]
+    assert homes, name

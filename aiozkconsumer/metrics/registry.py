@@ -1,4 +1,4 @@
-"""Consumer metrics with the original's names, and their Prometheus export.
+"""The named registry: :class:`ConsumerMetrics`, the original consumer's metrics by their names.
 
 The old consumer reported through Yammer metrics (``KafkaMetricsGroup``); operators know its
 MBean names. :class:`ConsumerMetrics` is a small, self-contained registry (one per connector,
@@ -41,131 +41,50 @@ Tags keep the original's order and, as ``KafkaMetricsGroup.toMBeanName``, empty 
 dropped (``group_id=""`` leaves ``groupId`` out). Tag values are not quoted: the original
 restricted ``client.id`` and topic names to ``[a-zA-Z0-9._-]``.
 
-Kinds, as Yammer's (metrics-core 2.2):
-
-- :class:`Meter`: a count and 1-, 5- and 15-minute exponentially weighted moving average rates
-  (events/second) ticked every 5 s, plus the mean rate since creation.
-- :class:`Histogram`: a count and a sum of every value and, over a bounded reservoir of the
-  most recent 1028 values (a sliding window; Yammer used an exponentially decaying sample of
-  the same size), min, max, mean, standard deviation and percentiles.
-- :class:`Timer`: a meter of events plus a histogram of their durations in milliseconds.
-- :class:`Gauge`: a callable read when the gauge is read (snapshot, Prometheus scrape).
-
-The hot path is cheap and lock-free (the connector runs in one event loop): ``Meter.mark``
-adds to a counter; ``Timer.update`` / ``Histogram.update`` add to a counter and a sum and
-append to a bounded deque. Rates are brought up to date lazily when read; events marked since
-the last read are attributed to the first 5-second tick that elapsed, so a meter read less
-often than every 5 s decays slightly differently from Yammer's ticker thread (they agree when
-it is read at least every 5 s). Reads (``snapshot()``, rate properties, Prometheus collection)
-hold the registry's lock, so a Prometheus exporter thread and the event loop can both read.
-
-Prometheus (``pip install 'aiozkconsumer[prometheus]'``): :meth:`ConsumerMetrics.collector`
-returns a ``prometheus_client`` collector. Family names are derived from the MBean name:
-``<group, "." as "_">_<type in snake_case>_<name in snake_case>`` (``ZooKeeper`` is spelled
-``zookeeper``), then by kind:
-
-- meters become counters: the ``PerSec`` suffix is dropped, ``_total`` added;
-- timers become summaries in milliseconds: ``RateAndTime``/``RateAndTimeMs`` is dropped and
-  ``_ms`` added (samples with ``quantile`` 0.5, 0.75, 0.95, 0.98, 0.99, 0.999, plus ``_count``
-  and ``_sum``); use PromQL ``rate()`` instead of the meters' moving averages;
-- the histogram becomes a summary in bytes (``_bytes`` added);
-- gauges keep their name.
-
-Which gives (prefix + suffixes)::
-
-    kafka_consumer_consumer_topic_metrics_
-        messages_total, bytes_total
-    kafka_consumer_zookeeper_consumer_connector_
-        zookeeper_commits_total, kafka_commits_total, rebalance_ms,
-        owned_partitions_count, fetch_queue_size
-    kafka_consumer_fetch_request_and_response_metrics_
-        fetch_request_ms, fetch_request_throttle_ms, fetch_response_size_bytes
-    kafka_server_fetcher_lag_metrics_
-        consumer_lag
-    kafka_consumer_consumer_fetcher_manager_
-        max_lag, min_fetch_rate
-
-Tags become labels: ``clientId`` → ``client_id``, ``groupId`` → ``group_id``, ``topic``,
-``partition``, ``threadId`` → ``thread_id``, and ``brokerHost``/``brokerPort`` → ``broker``
-(``host:port``). As with the MBeans, the all-topics (all-brokers) metric is a series of the
-same family *without* the ``topic`` (``broker``) label: select ``{topic=""}`` for the total
-and ``{topic!=""}`` for the per-topic series rather than summing the family.
+The metric kinds themselves are in :mod:`aiozkconsumer.metrics.instruments`; the Prometheus
+family names derived from these names, in :mod:`aiozkconsumer.metrics.prometheus`.
 """
 
 from __future__ import annotations
 
-import collections
-import logging
 import math
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
-if TYPE_CHECKING:
-    from prometheus_client.core import Metric as PromMetric
-
-__all__ = [
-    "ConsumerMetrics",
-    "DEFAULT_RESERVOIR_SIZE",
-    "Gauge",
-    "Histogram",
-    "Meter",
-    "Metric",
-    "MetricName",
-    "PERCENTILES",
-    "PrometheusCollector",
-    "TICK_INTERVAL_S",
-    "Timer",
-    "prometheus_family",
-    "prometheus_labels",
-]
-
-log = logging.getLogger(__name__)
-
-TICK_INTERVAL_S: Final = 5.0
-"""Seconds between two EWMA ticks (Yammer's ``EWMA`` interval)."""
-
-DEFAULT_RESERVOIR_SIZE: Final = 1028
-"""Values kept for percentiles (Yammer's default sample size)."""
-
-PERCENTILES: Final = (
-    (0.5, "50thPercentile"),
-    (0.75, "75thPercentile"),
-    (0.95, "95thPercentile"),
-    (0.98, "98thPercentile"),
-    (0.99, "99thPercentile"),
-    (0.999, "999thPercentile"),
+from .instruments import (
+    DEFAULT_RESERVOIR_SIZE,
+    AnyMetric,
+    Clock,
+    Gauge,
+    GaugeFn,
+    Histogram,
+    Meter,
+    Metric,
+    MetricName,
+    Tags,
+    Timer,
 )
-"""Quantiles reported by timers and histograms, with their JMX attribute names."""
 
-_M1_ALPHA: Final = 1 - math.exp(-TICK_INTERVAL_S / 60 / 1)
-_M5_ALPHA: Final = 1 - math.exp(-TICK_INTERVAL_S / 60 / 5)
-_M15_ALPHA: Final = 1 - math.exp(-TICK_INTERVAL_S / 60 / 15)
+if TYPE_CHECKING:
+    from .prometheus import PrometheusCollector
 
-Clock: TypeAlias = Callable[[], float]
-"""A monotonic clock in seconds (``time.monotonic`` unless a test injects one)."""
+__all__ = ["SPECS", "ConsumerMetrics", "Kind", "MetricSpec", "spec_of"]
 
-GaugeFn: TypeAlias = Callable[[], float]
-"""A gauge's value source: called, without arguments, each time the gauge is read."""
-
-_Kind = Literal["meter", "timer", "histogram", "gauge"]
-
-
-# ---- names ------------------------------------------------------------------------------
+Kind: TypeAlias = Literal["meter", "timer", "histogram", "gauge"]
+"""A metric's kind, as the original's Yammer class (``Meter``, ``Timer``, ...)."""
 
 
 @dataclass(frozen=True, slots=True)
-class _Spec:
+class MetricSpec:
     """What the original defined for one metric name: where it lives and its kind."""
 
     group: str
     type: str
     name: str
-    kind: _Kind
+    kind: Kind
     unit: str
     help: str
 
@@ -173,7 +92,7 @@ class _Spec:
 _ZCC = "ZookeeperConsumerConnector"
 _FRR = "FetchRequestAndResponseMetrics"
 
-_MESSAGES = _Spec(
+_MESSAGES = MetricSpec(
     "kafka.consumer",
     "ConsumerTopicMetrics",
     "MessagesPerSec",
@@ -181,7 +100,7 @@ _MESSAGES = _Spec(
     "",
     "Messages handed to the application by the stream iterators.",
 )
-_BYTES = _Spec(
+_BYTES = MetricSpec(
     "kafka.consumer",
     "ConsumerTopicMetrics",
     "BytesPerSec",
@@ -189,7 +108,7 @@ _BYTES = _Spec(
     "",
     "Bytes of fetched record data enqueued for the streams.",
 )
-_ZK_COMMITS = _Spec(
+_ZK_COMMITS = MetricSpec(
     "kafka.consumer",
     _ZCC,
     "ZooKeeperCommitsPerSec",
@@ -197,7 +116,7 @@ _ZK_COMMITS = _Spec(
     "",
     "Offset writes to ZooKeeper (unchanged offsets are not written).",
 )
-_KAFKA_COMMITS = _Spec(
+_KAFKA_COMMITS = MetricSpec(
     "kafka.consumer",
     _ZCC,
     "KafkaCommitsPerSec",
@@ -205,7 +124,7 @@ _KAFKA_COMMITS = _Spec(
     "",
     "Partitions sent in offset commits to Kafka.",
 )
-_REBALANCE = _Spec(
+_REBALANCE = MetricSpec(
     "kafka.consumer",
     _ZCC,
     "RebalanceRateAndTime",
@@ -213,7 +132,7 @@ _REBALANCE = _Spec(
     "ms",
     "Rebalances and their duration in milliseconds.",
 )
-_OWNED = _Spec(
+_OWNED = MetricSpec(
     "kafka.consumer",
     _ZCC,
     "OwnedPartitionsCount",
@@ -221,7 +140,7 @@ _OWNED = _Spec(
     "",
     "Partitions this consumer owns.",
 )
-_QUEUE = _Spec(
+_QUEUE = MetricSpec(
     "kafka.consumer",
     _ZCC,
     "FetchQueueSize",
@@ -229,7 +148,7 @@ _QUEUE = _Spec(
     "",
     "Fetched chunks waiting in a stream's queue.",
 )
-_FETCH_TIME = _Spec(
+_FETCH_TIME = MetricSpec(
     "kafka.consumer",
     _FRR,
     "FetchRequestRateAndTimeMs",
@@ -237,7 +156,7 @@ _FETCH_TIME = _Spec(
     "ms",
     "Fetch requests and their round-trip time in milliseconds.",
 )
-_THROTTLE = _Spec(
+_THROTTLE = MetricSpec(
     "kafka.consumer",
     _FRR,
     "FetchRequestThrottleRateAndTimeMs",
@@ -245,7 +164,7 @@ _THROTTLE = _Spec(
     "ms",
     "Quota throttle time the brokers reported in fetch responses, in milliseconds.",
 )
-_RESPONSE_SIZE = _Spec(
+_RESPONSE_SIZE = MetricSpec(
     "kafka.consumer",
     _FRR,
     "FetchResponseSize",
@@ -253,7 +172,7 @@ _RESPONSE_SIZE = _Spec(
     "bytes",
     "Record bytes per fetch response.",
 )
-_LAG = _Spec(
+_LAG = MetricSpec(
     "kafka.server",
     "FetcherLagMetrics",
     "ConsumerLag",
@@ -261,7 +180,7 @@ _LAG = _Spec(
     "",
     "High watermark minus fetch offset of a partition, after its last fetch.",
 )
-_MAX_LAG = _Spec(
+_MAX_LAG = MetricSpec(
     "kafka.consumer",
     "ConsumerFetcherManager",
     "MaxLag",
@@ -269,7 +188,7 @@ _MAX_LAG = _Spec(
     "",
     "Largest ConsumerLag of this consumer's partitions.",
 )
-_MIN_FETCH_RATE = _Spec(
+_MIN_FETCH_RATE = MetricSpec(
     "kafka.consumer",
     "ConsumerFetcherManager",
     "MinFetchRate",
@@ -278,36 +197,43 @@ _MIN_FETCH_RATE = _Spec(
     "Smallest one-minute fetch request rate across the brokers fetched from.",
 )
 
-_Tags: TypeAlias = tuple[tuple[str, str], ...]
+SPECS: Final[dict[tuple[str, str, str], MetricSpec]] = {
+    (spec.group, spec.type, spec.name): spec
+    for spec in (
+        _MESSAGES,
+        _BYTES,
+        _ZK_COMMITS,
+        _KAFKA_COMMITS,
+        _REBALANCE,
+        _OWNED,
+        _QUEUE,
+        _FETCH_TIME,
+        _THROTTLE,
+        _RESPONSE_SIZE,
+        _LAG,
+        _MAX_LAG,
+        _MIN_FETCH_RATE,
+    )
+}
+"""Every metric the original's consumer defined, by ``(group, type, name)``."""
 
 
-@dataclass(frozen=True, slots=True)
-class MetricName:
-    """A metric's identity: Yammer's ``MetricName`` (group, type, name, tags).
+def spec_of(metric_name: MetricName) -> MetricSpec:
+    """What the original defined for a metric name: its kind, unit and meaning.
 
-    Attributes:
-        group: the JMX domain, ``"kafka.consumer"`` or ``"kafka.server"``.
-        type: the reporting class of the original, e.g. ``"ZookeeperConsumerConnector"``.
-        name: the metric's name, e.g. ``"RebalanceRateAndTime"``.
-        tags: ``(key, value)`` pairs in the original's order, empty values left out.
+    Args:
+        metric_name: the name of a metric of a :class:`ConsumerMetrics`.
+
+    Returns:
+        The metric's specification (tags aside, every name of one metric shares it).
+
+    Raises:
+        KeyError: the name is not one of the original's consumer metrics.
     """
-
-    group: str
-    type: str
-    name: str
-    tags: _Tags
-
-    @property
-    def mbean_name(self) -> str:
-        """``group:type=Type,name=Name,k1=v1,...`` exactly as the original registered it."""
-        tags = "".join(f",{k}={v}" for k, v in self.tags)
-        return f"{self.group}:type={self.type},name={self.name}{tags}"
-
-    def __str__(self) -> str:
-        return self.mbean_name
+    return SPECS[(metric_name.group, metric_name.type, metric_name.name)]
 
 
-def _tags(*pairs: tuple[str, str | int | None]) -> _Tags:
+def _tags(*pairs: tuple[str, str | int | None]) -> Tags:
     return tuple((k, str(v)) for k, v in pairs if v is not None and v != "")
 
 
@@ -319,312 +245,6 @@ def _broker_tags(broker: str | None) -> tuple[tuple[str, str | None], tuple[str,
     if sep and host and port.isdigit():
         return ("brokerHost", host), ("brokerPort", port)
     return ("brokerHost", broker), ("brokerPort", None)
-
-
-# ---- metric kinds -----------------------------------------------------------------------
-
-
-class _EWMA:
-    """An exponentially weighted moving average rate, as Yammer's ``EWMA``."""
-
-    __slots__ = ("alpha", "initialized", "rate")
-
-    def __init__(self, alpha: float) -> None:
-        self.alpha = alpha
-        self.rate = 0.0  # events per second
-        self.initialized = False
-
-    def tick(self, count: int) -> None:
-        """Fold in ``count`` events seen during one tick interval."""
-        instant = count / TICK_INTERVAL_S
-        if self.initialized:
-            self.rate += self.alpha * (instant - self.rate)
-        else:
-            self.rate = instant
-            self.initialized = True
-
-    def idle(self, ticks: int) -> None:
-        """Fold in ``ticks`` intervals without events (closed form of ``ticks`` × ``tick(0)``)."""
-        if self.initialized and ticks > 0:
-            self.rate *= (1 - self.alpha) ** ticks
-
-
-class Metric:
-    """Base of every metric: its name and the registry lock its reads take."""
-
-    __slots__ = ("_lock", "metric_name")
-
-    kind: str = ""
-
-    def __init__(self, metric_name: MetricName, lock: threading.RLock) -> None:
-        self.metric_name = metric_name
-        self._lock = lock
-
-    @property
-    def mbean_name(self) -> str:
-        """The original's MBean name, e.g. ``kafka.consumer:type=...,clientId=C``."""
-        return self.metric_name.mbean_name
-
-    def attributes(self) -> dict[str, float]:
-        """The metric's current values, keyed by their JMX attribute names."""
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.mbean_name}>"
-
-
-class Meter(Metric):
-    """Events counted with 1/5/15-minute moving average rates (Yammer's ``Meter``).
-
-    ``mark()`` is the hot path: it only adds to :attr:`count`.
-
-    Attributes:
-        count: events marked since creation.
-    """
-
-    __slots__ = ("_clock", "_counted", "_last_tick", "_m1", "_m15", "_m5", "_start", "count")
-
-    kind = "meter"
-
-    def __init__(self, metric_name: MetricName, lock: threading.RLock, clock: Clock) -> None:
-        super().__init__(metric_name, lock)
-        self._clock = clock
-        self.count = 0
-        self._counted = 0
-        self._start = self._last_tick = clock()
-        self._m1 = _EWMA(_M1_ALPHA)
-        self._m5 = _EWMA(_M5_ALPHA)
-        self._m15 = _EWMA(_M15_ALPHA)
-
-    def mark(self, n: int = 1) -> None:
-        """Record ``n`` events (cheap: one addition)."""
-        self.count += n
-
-    def _tick(self) -> None:
-        """Apply every 5-second tick that elapsed since the last one (caller holds the lock)."""
-        now = self._clock()
-        ticks = int((now - self._last_tick) // TICK_INTERVAL_S)
-        if ticks <= 0:
-            return
-        self._last_tick += ticks * TICK_INTERVAL_S
-        count = self.count
-        new, self._counted = count - self._counted, count
-        for ewma in (self._m1, self._m5, self._m15):
-            ewma.tick(new)
-            ewma.idle(ticks - 1)
-
-    def _rates(self) -> tuple[float, float, float, float]:
-        with self._lock:
-            self._tick()
-            elapsed = self._clock() - self._start
-            mean = self.count / elapsed if self.count and elapsed > 0 else 0.0
-            return mean, self._m1.rate, self._m5.rate, self._m15.rate
-
-    @property
-    def mean_rate(self) -> float:
-        """Events per second since creation (0 before the first event)."""
-        return self._rates()[0]
-
-    @property
-    def one_minute_rate(self) -> float:
-        """Events per second, 1-minute exponentially weighted moving average."""
-        return self._rates()[1]
-
-    @property
-    def five_minute_rate(self) -> float:
-        """Events per second, 5-minute exponentially weighted moving average."""
-        return self._rates()[2]
-
-    @property
-    def fifteen_minute_rate(self) -> float:
-        """Events per second, 15-minute exponentially weighted moving average."""
-        return self._rates()[3]
-
-    def attributes(self) -> dict[str, float]:
-        """``Count``, ``MeanRate``, ``OneMinuteRate``, ``FiveMinuteRate``, ``FifteenMinuteRate``."""
-        mean, m1, m5, m15 = self._rates()
-        return {
-            "Count": float(self.count),
-            "MeanRate": mean,
-            "OneMinuteRate": m1,
-            "FiveMinuteRate": m5,
-            "FifteenMinuteRate": m15,
-        }
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """The ``q`` quantile of sorted values, interpolated as Yammer's ``Snapshot.getValue``."""
-    if not ordered:
-        return 0.0
-    pos = q * (len(ordered) + 1)
-    if pos < 1:
-        return ordered[0]
-    if pos >= len(ordered):
-        return ordered[-1]
-    lower = ordered[int(pos) - 1]
-    upper = ordered[int(pos)]
-    return lower + (pos - math.floor(pos)) * (upper - lower)
-
-
-class Histogram(Metric):
-    """Distribution of values over a bounded reservoir (Yammer's ``Histogram``).
-
-    ``count`` and ``sum`` cover every update; min, max, mean, standard deviation and
-    percentiles cover the most recent ``reservoir_size`` values.
-
-    Attributes:
-        count: values recorded since creation.
-        sum: sum of every value recorded since creation.
-    """
-
-    __slots__ = ("_window", "count", "sum")
-
-    kind = "histogram"
-
-    def __init__(self, metric_name: MetricName, lock: threading.RLock, reservoir_size: int) -> None:
-        super().__init__(metric_name, lock)
-        self.count = 0
-        self.sum = 0.0
-        self._window: collections.deque[float] = collections.deque(maxlen=reservoir_size)
-
-    def update(self, value: float) -> None:
-        """Record one value (cheap: two additions and a bounded append)."""
-        self.count += 1
-        self.sum += value
-        self._window.append(value)
-
-    def values(self) -> list[float]:
-        """The values in the reservoir, sorted."""
-        with self._lock:
-            return sorted(map(float, self._window))
-
-    def percentile(self, q: float) -> float:
-        """The ``q`` quantile (``0 <= q <= 1``) of the reservoir; 0 when it is empty.
-
-        Raises:
-            ValueError: ``q`` is outside ``[0, 1]``.
-        """
-        if not 0.0 <= q <= 1.0:
-            raise ValueError(f"quantile must be within [0, 1], got {q}")
-        return _quantile(self.values(), q)
-
-    def _stats(self) -> dict[str, float]:
-        ordered = self.values()
-        n = len(ordered)
-        mean = math.fsum(ordered) / n if n else 0.0
-        stddev = math.sqrt(math.fsum((v - mean) ** 2 for v in ordered) / (n - 1)) if n > 1 else 0.0
-        stats = {
-            "Count": float(self.count),
-            "Min": ordered[0] if n else 0.0,
-            "Max": ordered[-1] if n else 0.0,
-            "Mean": mean,
-            "StdDev": stddev,
-        }
-        for q, attr in PERCENTILES:
-            stats[attr] = _quantile(ordered, q)
-        return stats
-
-    def attributes(self) -> dict[str, float]:
-        """``Count``, ``Min``, ``Max``, ``Mean``, ``StdDev`` and the percentiles."""
-        return self._stats()
-
-
-class _TimerContext:
-    """``with timer.time():`` measures the block with the timer's clock."""
-
-    __slots__ = ("_start", "_timer")
-
-    def __init__(self, timer: Timer) -> None:
-        self._timer = timer
-        self._start = 0.0
-
-    def __enter__(self) -> _TimerContext:
-        self._start = self._timer._clock()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._timer.update((self._timer._clock() - self._start) * 1000.0)
-
-
-class Timer(Metric):
-    """Rate of events and distribution of their durations in ms (Yammer's ``Timer``)."""
-
-    __slots__ = ("_clock", "histogram", "meter")
-
-    kind = "timer"
-
-    def __init__(
-        self,
-        metric_name: MetricName,
-        lock: threading.RLock,
-        clock: Clock,
-        reservoir_size: int,
-    ) -> None:
-        super().__init__(metric_name, lock)
-        self._clock = clock
-        self.meter = Meter(metric_name, lock, clock)
-        self.histogram = Histogram(metric_name, lock, reservoir_size)
-
-    @property
-    def count(self) -> int:
-        """Events timed since creation."""
-        return self.meter.count
-
-    def update(self, duration_ms: float) -> None:
-        """Record one event that took ``duration_ms`` milliseconds (negative ones are ignored)."""
-        if duration_ms < 0:
-            return
-        self.meter.count += 1
-        self.histogram.update(duration_ms)
-
-    def time(self) -> _TimerContext:
-        """A context manager timing its block (it may contain ``await``).
-
-        Example::
-
-            with metrics.rebalance_rate_and_time().time():
-                await rebalance()
-        """
-        return _TimerContext(self)
-
-    def attributes(self) -> dict[str, float]:
-        """The histogram's attributes (ms) and the meter's rates (events per second)."""
-        stats = self.histogram.attributes()
-        stats.update(self.meter.attributes())
-        return stats
-
-
-class Gauge(Metric):
-    """A value read from a callable each time the gauge is read (Yammer's ``Gauge``)."""
-
-    __slots__ = ("fn",)
-
-    kind = "gauge"
-
-    def __init__(self, metric_name: MetricName, lock: threading.RLock, fn: GaugeFn) -> None:
-        super().__init__(metric_name, lock)
-        self.fn = fn
-
-    @property
-    def value(self) -> float:
-        """The callable's current value; NaN (and a debug log) if it raises."""
-        try:
-            return float(self.fn())
-        except Exception:
-            log.debug("gauge %s failed", self.mbean_name, exc_info=True)
-            return math.nan
-
-    def attributes(self) -> dict[str, float]:
-        """``Value``."""
-        return {"Value": self.value}
-
-
-AnyMetric: TypeAlias = Meter | Timer | Histogram | Gauge
 
 
 # ---- the registry -----------------------------------------------------------------------
@@ -673,17 +293,17 @@ class ConsumerMetrics:
 
     # ---- lookup -----------------------------------------------------------------------
 
-    def _name(self, spec: _Spec, tags: _Tags) -> MetricName:
+    def _name(self, spec: MetricSpec, tags: Tags) -> MetricName:
         return MetricName(spec.group, spec.type, spec.name, tags)
 
-    def _new_meter(self, spec: _Spec, key: tuple[str, str | None], tags: _Tags) -> Meter:
+    def _new_meter(self, spec: MetricSpec, key: tuple[str, str | None], tags: Tags) -> Meter:
         name = self._name(spec, tags)
         existing = self._metrics.get(name)
         meter = existing if isinstance(existing, Meter) else Meter(name, self._lock, self.clock)
         self._metrics[name] = self._meters[key] = meter
         return meter
 
-    def _new_timer(self, spec: _Spec, key: tuple[str, str | None], tags: _Tags) -> Timer:
+    def _new_timer(self, spec: MetricSpec, key: tuple[str, str | None], tags: Tags) -> Timer:
         name = self._name(spec, tags)
         existing = self._metrics.get(name)
         timer = (
@@ -694,7 +314,7 @@ class ConsumerMetrics:
         self._metrics[name] = self._timers[key] = timer
         return timer
 
-    def _gauge(self, spec: _Spec, tags: _Tags, fn: GaugeFn) -> Gauge:
+    def _gauge(self, spec: MetricSpec, tags: Tags, fn: GaugeFn) -> Gauge:
         name = self._name(spec, tags)
         existing = self._metrics.get(name)
         if isinstance(existing, Gauge):
@@ -1052,7 +672,10 @@ class ConsumerMetrics:
             return {m.mbean_name: m.attributes() for m in list(self._metrics.values())}
 
     def collector(self) -> PrometheusCollector:
-        """A ``prometheus_client`` collector exposing these metrics (see the module docs).
+        """A ``prometheus_client`` collector exposing these metrics.
+
+        Family and label names are derived from the MBean names (:func:`prometheus_family`,
+        :func:`prometheus_labels`; the rules are in :mod:`aiozkconsumer.metrics.prometheus`).
 
         Register it with ``prometheus_client.REGISTRY.register(metrics.collector())`` (or a
         ``CollectorRegistry`` of your own). For several connectors in one process, register
@@ -1064,164 +687,11 @@ class ConsumerMetrics:
         Raises:
             ImportError: ``prometheus_client`` is not installed (the ``prometheus`` extra).
         """
+        # Imported here: the Prometheus module reads this module's SPECS.
+        from .prometheus import PrometheusCollector
+
         return PrometheusCollector([self])
 
     def __repr__(self) -> str:
         group = f", group {self.group_id}" if self.group_id else ""
         return f"<ConsumerMetrics client {self.client_id}{group} [{len(self)} metrics]>"
-
-
-# ---- Prometheus -------------------------------------------------------------------------
-
-_SNAKE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_SUFFIXES: Final[dict[str, tuple[str, ...]]] = {
-    "meter": ("PerSec",),
-    "timer": ("RateAndTimeMs", "RateAndTime"),
-}
-_LABELS: Final = {"clientId": "client_id", "groupId": "group_id", "threadId": "thread_id"}
-_SPECS: Final = {
-    (spec.group, spec.type, spec.name): spec
-    for spec in (
-        _MESSAGES,
-        _BYTES,
-        _ZK_COMMITS,
-        _KAFKA_COMMITS,
-        _REBALANCE,
-        _OWNED,
-        _QUEUE,
-        _FETCH_TIME,
-        _THROTTLE,
-        _RESPONSE_SIZE,
-        _LAG,
-        _MAX_LAG,
-        _MIN_FETCH_RATE,
-    )
-}
-
-
-def _snake(name: str) -> str:
-    return _SNAKE.sub("_", name.replace("ZooKeeper", "Zookeeper")).lower()
-
-
-def _spec_of(metric_name: MetricName) -> _Spec:
-    return _SPECS[(metric_name.group, metric_name.type, metric_name.name)]
-
-
-def prometheus_family(metric_name: MetricName) -> str:
-    """The Prometheus family name of a metric (counters without their ``_total``).
-
-    Args:
-        metric_name: the name of a metric of a :class:`ConsumerMetrics`.
-
-    Returns:
-        e.g. ``"kafka_consumer_zookeeper_consumer_connector_rebalance_ms"`` for
-        ``RebalanceRateAndTime``; the rules are in the module's documentation.
-
-    Raises:
-        KeyError: the name is not one of the original's consumer metrics.
-    """
-    spec = _spec_of(metric_name)
-    name = spec.name
-    for suffix in _SUFFIXES.get(spec.kind, ()):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    family = f"{spec.group.replace('.', '_')}_{_snake(spec.type)}_{_snake(name)}"
-    return f"{family}_{spec.unit}" if spec.unit else family
-
-
-def prometheus_labels(metric_name: MetricName) -> dict[str, str]:
-    """The Prometheus labels of a metric: its tags in snake_case, the broker as ``host:port``.
-
-    Args:
-        metric_name: the metric's name.
-
-    Returns:
-        e.g. ``{"client_id": "c", "topic": "t", "partition": "0"}``.
-    """
-    labels: dict[str, str] = {}
-    tags = dict(metric_name.tags)
-    for key, value in metric_name.tags:
-        if key == "brokerHost":
-            port = tags.get("brokerPort")
-            labels["broker"] = f"{value}:{port}" if port else value
-        elif key != "brokerPort":
-            labels[_LABELS.get(key, key)] = value
-    return labels
-
-
-class PrometheusCollector:
-    """A ``prometheus_client`` collector for the metrics of one or more consumers.
-
-    Each family appears once even when several registries have series of it (they differ by
-    their ``client_id`` / ``group_id`` labels), so use one collector for all the connectors
-    of a process. It reads the registries on every scrape and may run in the exporter's
-    thread: it takes each registry's read lock, and gauge callables must be safe to call
-    from there (reading a number or a queue's size is).
-
-    Args:
-        registries: the consumers' metrics.
-
-    Raises:
-        ImportError: ``prometheus_client`` is not installed; install the ``prometheus``
-            extra (``pip install 'aiozkconsumer[prometheus]'``).
-    """
-
-    def __init__(self, registries: Iterable[ConsumerMetrics]) -> None:
-        try:
-            from prometheus_client.core import Metric as PromMetric
-        except ImportError as e:
-            raise ImportError(
-                "Prometheus export needs prometheus_client: pip install 'aiozkconsumer[prometheus]'"
-            ) from e
-        self._family_cls = PromMetric
-        self.registries = tuple(registries)
-
-    def describe(self) -> list[PromMetric]:
-        """Nothing: the families change as partitions come and go.
-
-        Returning an empty list also keeps ``CollectorRegistry.register`` from calling
-        :meth:`collect` at registration.
-        """
-        return []
-
-    def collect(self) -> list[PromMetric]:
-        """The current samples of every metric, one family per name."""
-        families: dict[str, PromMetric] = {}
-        for registry in self.registries:
-            with registry._lock:
-                for metric in list(registry._metrics.values()):
-                    self._add_samples(metric, families)
-        return list(families.values())
-
-    def _family(
-        self, families: dict[str, PromMetric], name: str, metric_name: MetricName, typ: str
-    ) -> PromMetric:
-        fam = families.get(name)
-        if fam is None:
-            spec = _spec_of(metric_name)
-            doc = f"{spec.help} ({spec.group}:type={spec.type},name={spec.name})"
-            fam = families[name] = self._family_cls(name, doc, typ)
-        return fam
-
-    def _add_samples(self, metric: AnyMetric, families: dict[str, PromMetric]) -> None:
-        name = metric.metric_name
-        fam_name = prometheus_family(name)
-        labels = prometheus_labels(name)
-        if isinstance(metric, Meter):
-            fam = self._family(families, fam_name, name, "counter")
-            fam.add_sample(fam_name + "_total", labels, float(metric.count))
-        elif isinstance(metric, Gauge):
-            fam = self._family(families, fam_name, name, "gauge")
-            fam.add_sample(fam_name, labels, metric.value)
-        else:
-            histogram = metric.histogram if isinstance(metric, Timer) else metric
-            fam = self._family(families, fam_name, name, "summary")
-            ordered = histogram.values()
-            for q, _ in PERCENTILES:
-                fam.add_sample(fam_name, {**labels, "quantile": str(q)}, _quantile(ordered, q))
-            fam.add_sample(fam_name + "_count", labels, float(histogram.count))
-            fam.add_sample(fam_name + "_sum", labels, histogram.sum)
-
-    def __repr__(self) -> str:
-        return f"<PrometheusCollector {list(self.registries)}>"

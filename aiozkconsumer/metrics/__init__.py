@@ -1,0 +1,62 @@
+"""Consumer metrics with the original's names, and their Prometheus export.
+
+The old consumer reported through Yammer metrics (``KafkaMetricsGroup``); operators know its
+MBean names. :class:`ConsumerMetrics` is a small, self-contained registry (one per connector,
+no global state) of the same metrics, with the same kinds, names and tags. The names and their
+Prometheus families are tabulated on the Metrics page of this documentation.
+
+One idea per module; every name is imported from here:
+
+- ``instruments``: the metric kinds, as Yammer's (metrics-core 2.2), each named by a
+  :class:`MetricName`. :class:`Meter`: a count and 1-, 5- and 15-minute exponentially
+  weighted moving average rates (events/second) ticked every 5 s, plus the mean rate since
+  creation. :class:`Histogram`: a count and a sum of every value and, over a bounded reservoir
+  of the most recent 1028 values, min, max, mean, standard deviation and percentiles.
+  :class:`Timer`: a meter of events plus a histogram of their durations in milliseconds.
+  :class:`Gauge`: a callable read when the gauge is read. Pure: no I/O, no client library.
+- ``registry``: :class:`ConsumerMetrics`, which creates the instruments under the original's
+  names (``messages_per_sec(topic)`` is
+  ``kafka.consumer:type=ConsumerTopicMetrics,name=MessagesPerSec,clientId=C,topic=T``).
+- ``prometheus``: :class:`PrometheusCollector` and the family and label names it exposes
+  (:func:`prometheus_family`, :func:`prometheus_labels`). ``prometheus_client`` is imported
+  only when a collector is made (``pip install 'aiozkconsumer[prometheus]'``).
+
+The hot path is cheap and lock-free (the connector runs in one event loop): ``Meter.mark``
+adds to a counter, ``Timer.update`` / ``Histogram.update`` add to a counter and a sum and
+append to a bounded deque; rates are brought up to date lazily when read. Reads
+(``snapshot()``, rate properties, Prometheus collection) hold the registry's lock, so a
+Prometheus exporter thread and the event loop can both read.
+"""
+
+# The API page lists these in import order: the registry first, then its instruments.
+from .registry import ConsumerMetrics
+
+# isort: split
+from .instruments import (
+    DEFAULT_RESERVOIR_SIZE,
+    PERCENTILES,
+    TICK_INTERVAL_S,
+    Gauge,
+    Histogram,
+    Meter,
+    Metric,
+    MetricName,
+    Timer,
+)
+from .prometheus import PrometheusCollector, prometheus_family, prometheus_labels
+
+__all__ = [
+    "ConsumerMetrics",
+    "DEFAULT_RESERVOIR_SIZE",
+    "Gauge",
+    "Histogram",
+    "Meter",
+    "Metric",
+    "MetricName",
+    "PERCENTILES",
+    "PrometheusCollector",
+    "TICK_INTERVAL_S",
+    "Timer",
+    "prometheus_family",
+    "prometheus_labels",
+]
