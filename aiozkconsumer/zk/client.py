@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import aiozk
+import anyio
 from aiozk import exc as zk_exc
 from aiozk.states import States
 
@@ -103,12 +104,14 @@ async def close_raw(raw: Any, time_limit: float = 5.0) -> None:
         await force_close(raw)
         return
     try:
-        await asyncio.wait_for(raw.close(), time_limit)
-    except Exception as exc:  # ZooKeeper down or already gone
+        with anyio.fail_after(time_limit):
+            await raw.close()
+    except Exception as exc:  # ZooKeeper down or already gone, or the limit passed
         log.debug("aiozk close failed (%r); forcing it", exc)
         await force_close(raw)
-    except asyncio.CancelledError:
-        await force_close(raw)
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            await force_close(raw)
         raise
 
 
@@ -184,7 +187,8 @@ class ZkClient:
             session_timeout=self.session_timeout_ms / 1000,
         )
         try:
-            await asyncio.wait_for(self._zk.start(), self.connection_timeout_ms / 1000)
+            with anyio.fail_after(self.connection_timeout_ms / 1000):
+                await self._zk.start()
         except (TimeoutError, zk_exc.ZKError, OSError) as e:
             await self._abort()
             raise ZookeeperConnectionError(
@@ -210,8 +214,8 @@ class ZkClient:
             return
         self._closed = True
         try:
-            with anyio_shield():
-                await asyncio.wait_for(self._zk.close(), timeout_s)
+            with anyio.CancelScope(shield=True), anyio.fail_after(timeout_s):
+                await self._zk.close()
         except BaseException as e:
             log.debug("ZooKeeper close did not finish cleanly: %r", e)
             await self._abort()
@@ -264,7 +268,7 @@ class ZkClient:
             conn = getattr(session, "conn", None)
             task = getattr(conn, "read_loop_task", None)
             if conn is None or conn is dead or task is None:
-                await asyncio.sleep(0.05)  # aiozk offers no event for a new connection
+                await anyio.sleep(0.05)  # aiozk offers no event for a new connection
                 continue
             await asyncio.wait({task})
             dead = conn
@@ -275,7 +279,8 @@ class ZkClient:
     async def _call(self, path: str, coro: Any) -> Any:
         with map_zk_errors(path):
             try:
-                return await asyncio.wait_for(coro, self.request_timeout_s)
+                with anyio.fail_after(self.request_timeout_s):
+                    return await coro
             except TimeoutError:
                 raise ZookeeperConnectionError(
                     f"ZooKeeper request on {path} timed out after {self.request_timeout_s:.1f} s "
@@ -536,17 +541,13 @@ class ZkClient:
         Returns:
             ``True`` if all are gone, ``False`` on timeout.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        deadline = anyio.current_time() + timeout_s
         for path in paths:
             async with self._watch_event(path, (aiozk.WatchEvent.DELETED,)) as event:
                 while await self.exists(path, watch=True):
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        return False
-                    try:
-                        await asyncio.wait_for(event.wait(), remaining)
-                    except TimeoutError:
+                    with anyio.move_on_after(deadline - anyio.current_time()) as scope:
+                        await event.wait()
+                    if scope.cancelled_caught:
                         return False
                     event.clear()
         return True
@@ -556,12 +557,3 @@ class ZkClient:
         return (
             f"<ZkClient {self.connect} [{self.state}, session {'-' if sid is None else hex(sid)}]>"
         )
-
-
-@contextlib.contextmanager
-def anyio_shield() -> Iterator[None]:
-    """Shield cleanup from cancellation of the surrounding anyio scope."""
-    import anyio
-
-    with anyio.CancelScope(shield=True):
-        yield
