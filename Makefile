@@ -31,6 +31,7 @@ unit: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 docs: $(STAMP)
 	$(PY) -m pip install -q -e '.[docs]'

@@ -23,13 +23,13 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio
-from aiokafka import errors as kafka_errors
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
 from .assignors import java_string_hash
 from .cluster import EARLIEST, LATEST, KafkaClient
 from .errors import BrokerNotAvailableError, ConsumerError, UnknownTopicError
+from .kafka.errors import PartitionError, classify_partition_error, error_name
 from .records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
 
 __all__ = ["ConsumerFetcher", "FetcherManager", "fetcher_id_for"]
@@ -173,14 +173,16 @@ class ConsumerFetcher:
                 fetch_offset = offsets.get(tp)
                 if pti is None or fetch_offset is None or pti.fetched_offset != fetch_offset:
                     continue  # removed or reset while the fetch was in flight
-                err = kafka_errors.for_code(error_code)
-                if err is kafka_errors.NoError:
+                err = classify_partition_error(error_code)
+                if err is PartitionError.NONE:
                     self.manager.record_highwater(tp, highwater)
                     await self._enqueue(pti, fetch_offset, part_data[-1])
-                elif err is kafka_errors.OffsetOutOfRangeError:
+                elif err is PartitionError.OFFSET_OUT_OF_RANGE:
                     out_of_range.append(pti)
                 else:
-                    log.info("fetch of %s from broker %s: %s", tp, self.node_id, err.__name__)
+                    log.info(
+                        "fetch of %s from broker %s: %s", tp, self.node_id, error_name(error_code)
+                    )
                     errored.append(tp)
         if out_of_range:
             await self._reset_offsets(out_of_range)

@@ -10,8 +10,9 @@ Kafka metadata and follows leader changes (``NotLeaderForPartition``, a broker t
 by refreshing metadata and retrying a bounded number of times with exponential backoff, and
 :meth:`SimpleConsumer.fetch_range` iterates an offset range across as many fetches as needed.
 
-Connections, metadata and the translation of aiokafka's errors are ``cluster.KafkaClient``'s;
-record batches are parsed with aiokafka's ``MemoryRecords`` as in ``fetcher.py``.
+Connections, metadata and the translation of aiokafka's errors are the Kafka adapter's
+(``kafka/client.py``, ``kafka/errors.py``); record batches are parsed with aiokafka's
+``MemoryRecords`` as in ``fetcher.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from aiokafka import errors as kafka_errors
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
@@ -36,6 +36,12 @@ from .errors import (
     MessageSizeTooLargeError,
     OffsetOutOfRangeError,
     UnknownTopicError,
+)
+from .kafka.errors import (
+    RECORD_PARSE_ERRORS,
+    PartitionError,
+    classify_partition_error,
+    error_name,
 )
 from .metrics import ConsumerMetrics
 from .records import MessageAndMetadata, TopicPartition
@@ -157,7 +163,7 @@ def parse_records(
                         ),
                     )
                 )
-    except kafka_errors.CorruptRecordException as e:
+    except RECORD_PARSE_ERRORS as e:
         raise corrupt_record_error(tp, next_offset, e) from e
     if not complete:
         raise message_too_large_error(tp, fetch_offset, max_bytes)
@@ -597,17 +603,17 @@ class SimpleConsumer:
             if part is None:
                 raise _RetriableError(f"broker {leader} answered without partition {tp}")
             error_code, high_watermark, data = part
-            err = kafka_errors.for_code(error_code)
-            if err is kafka_errors.NoError:
+            err = classify_partition_error(error_code)
+            if err is PartitionError.NONE:
                 return RawFetchResult(data, high_watermark)
-            if err is kafka_errors.OffsetOutOfRangeError:
+            if err is PartitionError.OFFSET_OUT_OF_RANGE:
                 earliest, latest = await self._offset_range(tp)
                 raise OffsetOutOfRangeError(tp.topic, tp.partition, offset, earliest, latest)
-            if getattr(err, "retriable", False):
-                raise _RetriableError(f"broker {leader} answered {err.__name__}")
+            if err.retriable:
+                raise _RetriableError(f"broker {leader} answered {error_name(error_code)}")
             raise ConsumerError(
                 f"fetch of partition {tp} at offset {offset} from broker {leader} "
-                f"failed: {err.__name__}"
+                f"failed: {error_name(error_code)}"
             )
 
         return await self._with_leader(tp, "fetch", fetch_from)

@@ -13,6 +13,7 @@ from _support import config_for, wait_settled
 from aiozkconsumer import ZookeeperConsumerConnector
 from aiozkconsumer.errors import (
     InvalidConfigError,
+    NoBrokersError,
     UnknownTopicError,
     ZookeeperConnectionError,
 )
@@ -238,6 +239,69 @@ async def test_unknown_group_is_reported(admin: GroupAdmin, unique_group_id: str
         await admin.verify_rebalance(unique_group_id)
     with pytest.raises(UnknownGroupError):
         await admin.export_offsets([unique_group_id])
+
+
+# ---- where metadata comes from ---------------------------------------------------------------
+
+
+@pytest.fixture
+async def chroot(
+    zk_kafka_cluster: LocalCluster, admin: GroupAdmin, unique_group_id: str
+) -> AsyncIterator[str]:
+    """A ``zookeeper.connect`` with a chroot of its own: a ZooKeeper without ``/brokers``."""
+    root = f"/{unique_group_id}"
+    yield f"{zk_kafka_cluster.zookeeper_connect}{root}"
+    await admin.zk.delete_recursive(root)
+
+
+@integration
+async def test_restarting_brokers_keep_metadata_on_zookeeper(
+    zk_kafka_cluster: LocalCluster, chroot: str, topic: str
+) -> None:
+    # A ZooKeeper-mode cluster while every broker restarts: /brokers/ids has no children.
+    # Bootstrap servers are known, but the topics stay ZooKeeper's (2 partitions here; Kafka
+    # would say PARTITIONS).
+    bootstrap = zk_kafka_cluster.bootstrap_servers
+    async with GroupAdmin(chroot, bootstrap_servers=bootstrap) as admin:
+        await admin.zk.ensure_path(layout.BROKER_IDS_PATH)
+        await admin.zk.create(
+            layout.topic_path(topic), layout.encode_topic_partitions({0: [1], 1: [1]})
+        )
+        assert await admin.brokers() == []
+        assert await admin.metadata_from_kafka() is False
+        assert await admin.partitions_for([topic]) == {topic: (0, 1)}
+        assert await admin.all_topics() == [topic]
+        assert admin.cluster.kafka_client is None
+
+
+@integration
+async def test_a_cluster_without_broker_ids_takes_metadata_from_kafka(
+    zk_kafka_cluster: LocalCluster, chroot: str, topic: str
+) -> None:
+    # As a KRaft cluster: no /brokers/ids at all.
+    bootstrap = zk_kafka_cluster.bootstrap_servers
+    async with GroupAdmin(chroot, bootstrap_servers=bootstrap) as admin:
+        assert await admin.metadata_from_kafka() is True
+        assert await admin.partitions_for([topic]) == {topic: tuple(range(PARTITIONS))}
+        assert topic in await admin.all_topics()
+        assert admin.cluster.kafka_client is not None
+    assert admin.cluster.kafka_client is None  # closed with the admin
+
+
+@integration
+async def test_no_brokers_and_no_bootstrap_servers_is_no_brokers_error(chroot: str) -> None:
+    async with GroupAdmin(chroot) as admin:  # as a KRaft cluster: only Kafka knows the topics
+        with pytest.raises(NoBrokersError, match="No brokers found in ZK"):
+            await admin.partitions_for(["t"])
+        with pytest.raises(NoBrokersError, match="No brokers found in ZK"):
+            await admin.all_topics()
+        with pytest.raises(NoBrokersError, match="No brokers found in ZK"):
+            await admin.kafka()
+    async with GroupAdmin(chroot) as admin:  # brokers restarting: ZooKeeper still knows them
+        await admin.zk.ensure_path(layout.BROKER_IDS_PATH)
+        assert await admin.partitions_for(["t"]) == {"t": ()}
+        with pytest.raises(NoBrokersError, match="No brokers found in ZK"):
+            await admin.list_offsets([TopicPartition("t", 0)], "latest")
 
 
 @integration

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from aiozkconsumer._concurrency import gather, gather_outcomes
@@ -10,7 +11,7 @@ from aiozkconsumer._concurrency import gather, gather_outcomes
 
 async def test_gather_returns_results_in_order() -> None:
     async def value(v: int) -> int:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return v
 
     assert await gather(value(i) for i in range(5)) == [0, 1, 2, 3, 4]

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
+from _support import config_for
 
 from aiozkconsumer import ConnectorState, ZookeeperConsumerConnector
 from aiozkconsumer.connector import CLOSE_COMMIT_LIMIT_S, CLOSE_STEP_LIMIT_S
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.zk import layout
 from aiozkconsumer.zk.client import ZkClient
-from _support import config_for
 
 pytestmark = pytest.mark.integration
 

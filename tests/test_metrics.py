@@ -507,7 +507,7 @@ def test_instruments_import_only_the_standard_library() -> None:
 def test_registry_and_prometheus_import_no_client_library() -> None:
     registry = _imported_modules("registry")
     prometheus = _imported_modules("prometheus")
-    allowed = {".instruments", ".prometheus", ".registry", "prometheus_client"}
+    allowed = {".instruments", ".prometheus", ".registry", ".specs", "prometheus_client"}
     for imported in (registry, prometheus):
         assert {n for n in imported if n not in sys.stdlib_module_names} <= allowed
     assert "prometheus_client" not in registry  # imported lazily, by the collector only
@@ -518,7 +518,7 @@ def test_the_package_re_exports_each_name_of_its_modules(name: str) -> None:
     exported = getattr(aiozkconsumer.metrics, name)
     homes = [
         module
-        for module in ("instruments", "registry", "prometheus")
+        for module in ("instruments", "specs", "registry", "prometheus")
         if getattr(importlib.import_module(f"aiozkconsumer.metrics.{module}"), name, None)
         is exported
     ]

@@ -76,7 +76,7 @@ def test_every_partition_ends_with_exactly_one_owner_and_moves_are_minimal(
     # Roundrobin needs every member to subscribe to the same topics with the same counts.
     if strategy == "roundrobin":
         first = next(iter(members.values()))
-        members = {m: first for m in members}
+        members = dict.fromkeys(members, first)
     old = plans(members, partitions, strategy)
     # The next view: some members left, some joined (same subscriptions shape).
     leaving = after_members.draw(st.sets(st.sampled_from(sorted(members))))
@@ -85,7 +85,7 @@ def test_every_partition_ends_with_exactly_one_owner_and_moves_are_minimal(
     )
     template = next(iter(members.values()))
     new_members = {m: s for m, s in members.items() if m not in leaving}
-    new_members.update({m: template for m in joining})
+    new_members.update(dict.fromkeys(joining, template))
     if not new_members:
         return
     new = plans(new_members, partitions, strategy)

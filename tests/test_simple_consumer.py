@@ -16,6 +16,8 @@ from aiokafka.structs import TopicPartition as KafkaTopicPartition
 from aiozkconsumer.errors import (
     BrokerNotAvailableError,
     ConsumerClosedError,
+    ConsumerError,
+    CorruptRecordError,
     KafkaConnectionError,
     MessageSizeTooLargeError,
     OffsetOutOfRangeError,
@@ -69,6 +71,14 @@ def test_parse_ignores_a_trailing_partial_batch() -> None:
     records, next_offset = parse_records(TP, 0, data, 100)
     assert [r.offset for r in records] == [0, 1, 2]
     assert next_offset == 3
+
+
+def test_parse_of_a_corrupt_batch_is_a_corrupt_record_error() -> None:
+    data = bytearray(_batch(10, 2))
+    data[-1] ^= 0xFF  # the last record's headers count: the record no longer parses
+    with pytest.raises(CorruptRecordError, match=r"corrupt record batch in partition \[t,0\]") as e:
+        parse_records(TP, 10, _batch(8, 2) + bytes(data), 1 << 20)
+    assert not isinstance(e.value.__cause__, ConsumerError)  # aiokafka's, translated
 
 
 def test_parse_of_empty_data_stays_at_the_fetch_offset() -> None:

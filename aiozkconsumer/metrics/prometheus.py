@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from .instruments import PERCENTILES, AnyMetric, Gauge, Meter, MetricName, Timer, quantile
-from .registry import spec_of
+from .specs import spec_of
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric as PromMetric

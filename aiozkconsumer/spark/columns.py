@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from aiokafka import errors as kafka_errors
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 
+from ..kafka.errors import RECORD_PARSE_ERRORS
 from ..records import TopicPartition
 from ..simple_consumer import corrupt_record_error, message_too_large_error
 from .schema import arrow_schema
@@ -140,7 +140,7 @@ class RecordColumns:
                 added = len(offsets) - before
                 if added:
                     self._type_runs.append((batch.timestamp_type, added))
-        except kafka_errors.CorruptRecordException as e:
+        except RECORD_PARSE_ERRORS as e:
             raise corrupt_record_error(self.tp, next_offset, e) from e
         if not complete:
             raise message_too_large_error(self.tp, fetch_offset, max_bytes)

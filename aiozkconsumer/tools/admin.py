@@ -1,31 +1,20 @@
-"""The old consumer's command-line tools, as an async library (Kafka 0.10.2.1, ``kafka.tools``).
+"""Group administration over ZooKeeper: the old consumer's group and offset tools (Kafka 0.10.2.1).
 
-The ``aiozkconsumer`` command line (``aiozkconsumer.cli``) is a thin layer over this module,
-which does the work and can be used and tested on its own:
+:class:`GroupAdmin` holds one ZooKeeper session and one
+:class:`~aiozkconsumer.cluster.ClusterView` (brokers, topics, partitions and, when needed, a
+Kafka client) for: listing, describing and deleting groups (``ConsumerGroupCommand
+--zookeeper``), the offset checker's view (``ConsumerOffsetChecker``), offset export / import /
+update (``ExportZkOffsets``, ``ImportZkOffsets``, ``UpdateOffsetsInZK``) and the rebalance check
+(``VerifyConsumerRebalance``, whose rules are the pure :func:`check_ownership`).
 
-- :class:`GroupAdmin`: one ZooKeeper session (and, when needed, one Kafka client) for the
-  group tools: list, describe and delete groups (``ConsumerGroupCommand --zookeeper``), the
-  offset checker's view (``ConsumerOffsetChecker``), offset export / import / update
-  (``ExportZkOffsets``, ``ImportZkOffsets``, ``UpdateOffsetsInZK``) and the rebalance check
-  (``VerifyConsumerRebalance``).
-- :class:`ConsoleConsumer`: the console consumer of the old mode (``ConsoleConsumer
-  --zookeeper``), with :class:`MessageFormatter` as its ``DefaultMessageFormatter``.
-- Pure helpers: the offsets file format (:func:`parse_offsets_file`,
-  :func:`format_offsets_file`), ``.properties`` files (:func:`parse_properties`), the ownership
-  rules of the rebalance check (:func:`check_ownership`).
-
-Brokers come from ZooKeeper's ``/brokers/ids`` unless ``bootstrap_servers`` is given; topics
-and partitions come from ZooKeeper's ``/brokers/topics`` unless ZooKeeper has no registered
-broker and ``bootstrap_servers`` is given (a KRaft cluster), as the connector's
-``cluster.metadata.source=auto``.
+Whether topics and partitions come from ZooKeeper's ``/brokers/topics`` or from Kafka metadata
+is decided by the view (:func:`~aiozkconsumer.cluster.metadata_source`, as the connector's
+``cluster.metadata.source=auto``): Kafka when ZooKeeper has no ``/brokers/ids`` (a KRaft
+cluster) and ``bootstrap_servers`` is given.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import random
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -33,56 +22,43 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 
-from .cluster import EARLIEST, LATEST, KafkaClient, bootstrap_from_brokers, read_brokers
-from .config import ConsumerConfig
-from .connector import ZookeeperConsumerConnector
-from .errors import (
+from .._concurrency import gather
+from ..cluster import ClusterView
+from ..errors import (
     BrokerNotAvailableError,
     ConsumerError,
-    ConsumerTimeoutError,
-    InvalidConfigError,
-    MalformedZookeeperDataError,
     NoBrokersError,
     UnknownTopicError,
 )
-from .offsets import NO_OFFSET, KafkaOffsetStore
-from .records import MessageAndMetadata, TopicPartition
-from .subscription import TopicFilter, construct_topic_count
-from .zk import layout
-from .zk.client import ZkClient
+from ..kafka.client import EARLIEST, LATEST, KafkaClient
+from ..offsets import NO_OFFSET, KafkaOffsetStore
+from ..records import TopicPartition
+from ..subscription import construct_topic_count
+from ..zk import layout
+from ..zk.client import ZkClient
+from .offsets_file import OffsetEntry
 
 _V = TypeVar("_V")
 
 __all__ = [
-    "ConsoleConsumer",
     "GroupActiveError",
     "GroupAdmin",
     "GroupDescription",
     "MemberInfo",
-    "MessageFormatter",
-    "OffsetEntry",
-    "OffsetsFileError",
+    "OffsetsStorage",
     "PartitionOffsetState",
     "RebalanceVerification",
     "UnknownGroupError",
     "check_ownership",
-    "format_offsets_file",
     "owner_consumer_id",
-    "parse_offsets_file",
-    "parse_properties",
-    "random_console_group",
 ]
 
-log = logging.getLogger(__name__)
-
 OffsetsStorage = Literal["zookeeper", "kafka"]
+"""Where :meth:`GroupAdmin.describe_group` reads committed offsets (``offsets.storage``)."""
 
 _NO_BROKERS = "No brokers found in ZK. (A KRaft cluster? Give its bootstrap servers.)"
 
-
-# --------------------------------------------------------------------------------------------
-# Errors
-# --------------------------------------------------------------------------------------------
+_CLOSE_STEP_LIMIT_S = 5.0  # each step of GroupAdmin.close, in seconds
 
 
 class UnknownGroupError(ConsumerError, LookupError):
@@ -111,25 +87,6 @@ class GroupActiveError(ConsumerError):
         self.members = tuple(members)
 
 
-class OffsetsFileError(ConsumerError, ValueError):
-    """A line of an offsets file is not ``/consumers/<group>/offsets/<topic>/<partition>:<offset>``.
-
-    Attributes:
-        line_number: the 1-based line number.
-        line: the line's text.
-    """
-
-    def __init__(self, line_number: int, line: str, reason: str) -> None:
-        super().__init__(f"line {line_number}: {reason}: {line!r}")
-        self.line_number = line_number
-        self.line = line
-
-
-# --------------------------------------------------------------------------------------------
-# Pure helpers
-# --------------------------------------------------------------------------------------------
-
-
 def owner_consumer_id(owner: str) -> str:
     """The consumer id of an owner node's value: the thread id without its ``-<index>``.
 
@@ -144,154 +101,6 @@ def owner_consumer_id(owner: str) -> str:
     """
     head, dash, _ = owner.rpartition("-")
     return head if dash else owner
-
-
-@dataclass(frozen=True, order=True)
-class OffsetEntry:
-    """One committed offset: a line of an offsets file.
-
-    Attributes:
-        group: the group id.
-        topic: the topic.
-        partition: the partition number.
-        offset: the next offset to read, as stored in ZooKeeper.
-    """
-
-    group: str
-    topic: str
-    partition: int
-    offset: int
-
-    @property
-    def path(self) -> str:
-        """The offset node, ``/consumers/<group>/offsets/<topic>/<partition>``."""
-        return layout.offset_path(self.group, self.topic, self.partition)
-
-    def line(self) -> str:
-        """The line ``ExportZkOffsets`` writes: ``<path>:<offset>`` (no newline)."""
-        return f"{self.path}:{self.offset}"
-
-
-_OFFSET_PATH_RE = re.compile(r"/consumers/([^/]+)/offsets/([^/]+)/([0-9]+)")
-
-
-def parse_offsets_file(lines: Iterable[str]) -> list[OffsetEntry]:
-    """Parse an offsets file as ``ImportZkOffsets`` reads it (0.10.2).
-
-    One ``<znode path>:<offset>`` per line, e.g. ``/consumers/g/offsets/t/0:4711``, the format
-    ``ExportZkOffsets`` writes (so files of the original tools can be read). The path is split
-    from the offset at the last ``:``. Blank lines and lines starting with ``#`` are skipped.
-    Unlike the original, which wrote any path it was given and skipped lines it could not
-    parse, the whole file is checked first: a path that is not an offset node, or an offset
-    that is not a non-negative decimal number, is an error.
-
-    Args:
-        lines: the file's lines (trailing newlines are ignored).
-
-    Returns:
-        The entries, in file order.
-
-    Raises:
-        OffsetsFileError: a line is malformed; it carries the 1-based line number.
-    """
-    entries: list[OffsetEntry] = []
-    for number, raw in enumerate(lines, start=1):
-        line = raw.rstrip("\r\n")
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        path, colon, value = text.rpartition(":")
-        if not colon:
-            raise OffsetsFileError(number, line, "expected '<path>:<offset>'")
-        match = _OFFSET_PATH_RE.fullmatch(path.strip())
-        if match is None:
-            raise OffsetsFileError(
-                number, line, "not an offset node /consumers/<group>/offsets/<topic>/<partition>"
-            )
-        group, topic, partition = match.groups()
-        try:
-            offset = layout.decode_offset(value.strip().encode("ascii", "replace"))
-            # layout's checks of group and topic as path elements
-            layout.offset_path(group, topic, int(partition))
-        except (MalformedZookeeperDataError, ValueError):
-            raise OffsetsFileError(
-                number, line, f"offset {value.strip()!r} is not a non-negative decimal number"
-            ) from None
-        entries.append(OffsetEntry(group, topic, int(partition), offset))
-    return entries
-
-
-def format_offsets_file(entries: Iterable[OffsetEntry]) -> str:
-    """Write entries in ``ExportZkOffsets``'s format: ``<path>:<offset>\\n`` per entry.
-
-    Args:
-        entries: the offsets, written in the order given.
-
-    Returns:
-        The file's text (empty for no entries).
-    """
-    return "".join(f"{e.line()}\n" for e in entries)
-
-
-def _unescape_properties(value: str) -> str:
-    out: list[str] = []
-    it = iter(value)
-    for ch in it:
-        if ch != "\\":
-            out.append(ch)
-            continue
-        nxt = next(it, "")
-        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
-    return "".join(out)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse a Java ``.properties`` file (``consumer.properties``), as ``Properties.load``.
-
-    ``key=value``, ``key: value`` or ``key value``; ``#`` and ``!`` start comment lines; a line
-    ending in an odd number of backslashes continues on the next line; ``\\t``, ``\\n``,
-    ``\\=``, ``\\:`` and ``\\\\`` are unescaped. Unicode escapes (``\\uXXXX``) are not
-    supported. Later keys override earlier ones.
-
-    Args:
-        text: the file's text.
-
-    Returns:
-        Key -> value, in file order.
-    """
-    props: dict[str, str] = {}
-    logical: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.lstrip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            pending += line[:-1]
-            continue
-        logical.append(pending + line)
-        pending = ""
-    if pending:
-        logical.append(pending)
-    for line in logical:
-        i = 0
-        key_chars: list[str] = []
-        while i < len(line):
-            ch = line[i]
-            if ch == "\\" and i + 1 < len(line):
-                key_chars.append(line[i : i + 2])
-                i += 2
-                continue
-            if ch in "=: \t\f":
-                break
-            key_chars.append(ch)
-            i += 1
-        rest = line[i:].lstrip(" \t\f")
-        if rest[:1] in ("=", ":"):
-            rest = rest[1:].lstrip(" \t\f")
-        props[_unescape_properties("".join(key_chars))] = _unescape_properties(rest)
-    return props
 
 
 def check_ownership(
@@ -332,16 +141,6 @@ def check_ownership(
                     f"of consumer group {group}"
                 )
     return problems
-
-
-def random_console_group() -> str:
-    """A group id as the console consumer makes one: ``console-consumer-<0..99999>``."""
-    return f"console-consumer-{random.randint(0, 99999)}"
-
-
-# --------------------------------------------------------------------------------------------
-# Results
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -478,11 +277,6 @@ class RebalanceVerification:
         }
 
 
-# --------------------------------------------------------------------------------------------
-# GroupAdmin
-# --------------------------------------------------------------------------------------------
-
-
 class GroupAdmin:
     """The group and offset tools over one ZooKeeper session.
 
@@ -492,9 +286,10 @@ class GroupAdmin:
             print(await admin.list_groups())
             description = await admin.describe_group("billing")
 
-    A Kafka client is started on first need (log end offsets, earliest offsets, Kafka
-    metadata, Kafka-stored offsets), from ``bootstrap_servers`` or else from the brokers
-    registered in ZooKeeper.
+    Brokers, topics and partitions come from its :class:`~aiozkconsumer.cluster.ClusterView`
+    (:attr:`cluster`), which also starts the Kafka client on first need (log end offsets,
+    earliest offsets, Kafka metadata, Kafka-stored offsets), from ``bootstrap_servers`` or else
+    from the brokers registered in ZooKeeper.
 
     Args:
         zookeeper_connect: ``host:port[,host:port...][/chroot]``.
@@ -506,6 +301,10 @@ class GroupAdmin:
             request while the connection is down.
         request_timeout_ms: ``socket.timeout.ms`` of Kafka requests.
         client_id: ``client.id`` of Kafka requests.
+
+    Attributes:
+        zk: the ZooKeeper session.
+        cluster: the view of the cluster over ``zk`` (``cluster.metadata.source=auto``).
     """
 
     def __init__(
@@ -527,8 +326,13 @@ class GroupAdmin:
             session_timeout_ms=session_timeout_ms,
             connection_timeout_ms=connection_timeout_ms,
         )
-        self._kafka: KafkaClient | None = None
-        self._metadata_from_kafka: bool | None = None
+        self.cluster = ClusterView(
+            self.zk,
+            bootstrap_servers=self.bootstrap_servers,
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+        )
+        self._metadata_checked = False
 
     async def start(self) -> None:
         """Open the ZooKeeper session.
@@ -540,12 +344,16 @@ class GroupAdmin:
         await self.zk.start()
 
     async def close(self) -> None:
-        """Close the Kafka client and the ZooKeeper session (bounded; never raises)."""
-        with anyio.CancelScope(shield=True):
-            if self._kafka is not None:
-                kafka, self._kafka = self._kafka, None
-                await kafka.close()
-            await self.zk.close()
+        """Close the Kafka client, then the ZooKeeper session; never raises.
+
+        Each close is shielded from the caller's cancellation and bounded by 5 s.
+        """
+        try:
+            with anyio.move_on_after(_CLOSE_STEP_LIMIT_S, shield=True):
+                await self.cluster.close()
+        finally:
+            with anyio.move_on_after(_CLOSE_STEP_LIMIT_S, shield=True):
+                await self.zk.close(timeout_s=_CLOSE_STEP_LIMIT_S)
 
     async def __aenter__(self) -> GroupAdmin:
         await self.start()
@@ -560,7 +368,7 @@ class GroupAdmin:
         await self.close()
 
     def __repr__(self) -> str:
-        return f"<GroupAdmin {self.zk!r} kafka={self._kafka!r}>"
+        return f"<GroupAdmin {self.zk!r} {self.cluster!r}>"
 
     # -- cluster -------------------------------------------------------------------------
 
@@ -568,16 +376,17 @@ class GroupAdmin:
         """The brokers registered in ZooKeeper (``/brokers/ids``), sorted by id.
 
         Returns:
-            The registrations; empty on a KRaft cluster.
+            The registrations; empty on a KRaft cluster, and while every broker of a
+            ZooKeeper-mode cluster is down.
 
         Raises:
             MalformedZookeeperDataError: a broker node does not parse.
             ZookeeperConnectionError: ZooKeeper is unreachable.
         """
-        return await read_brokers(self.zk)
+        return await self.cluster.brokers()
 
     async def kafka(self) -> KafkaClient:
-        """The Kafka client, started on first use.
+        """The Kafka client of :attr:`cluster`, started on first use.
 
         Returns:
             The started client.
@@ -587,47 +396,48 @@ class GroupAdmin:
                 ("No brokers found in ZK.", as the console consumer says).
             KafkaConnectionError: no broker answered.
         """
-        if self._kafka is None:
-            servers = self.bootstrap_servers
-            if not servers:
-                brokers = await self.brokers()
-                if not brokers:
-                    raise NoBrokersError(_NO_BROKERS)
-                servers = bootstrap_from_brokers(brokers)
-            kafka = KafkaClient(
-                servers, client_id=self.client_id, request_timeout_ms=self.request_timeout_ms
-            )
-            await kafka.start()
-            self._kafka = kafka
-        return self._kafka
+        if self.cluster.kafka_client is None and self.bootstrap_servers is None:
+            brokers = await self.brokers()
+            if not brokers:
+                raise NoBrokersError(_NO_BROKERS)
+            return await self.cluster.kafka(brokers)
+        return await self.cluster.kafka()
 
     async def metadata_from_kafka(self) -> bool:
         """Whether topics and partitions come from Kafka metadata rather than ZooKeeper.
 
-        True when ``bootstrap_servers`` is given and ZooKeeper has no registered broker (a
-        KRaft cluster), as ``cluster.metadata.source=auto``.
+        The rule of :func:`~aiozkconsumer.cluster.metadata_source`
+        (``cluster.metadata.source=auto``), decided once by :attr:`cluster`: Kafka when
+        ZooKeeper has no ``/brokers/ids`` (a KRaft cluster) and ``bootstrap_servers`` is given.
+        A ZooKeeper-mode cluster whose brokers are all down (restarting) keeps
+        ``/brokers/ids``, so its metadata stays ZooKeeper's.
 
         Raises:
-            NoBrokersError: ZooKeeper has no registered broker and no ``bootstrap_servers``
-                was given: topics and partitions cannot be known.
+            NoBrokersError: ZooKeeper has no ``/brokers/ids`` and no ``bootstrap_servers``
+                was given: only Kafka knows the topics, and no broker is known to ask.
+            ZookeeperConnectionError: ZooKeeper is unreachable.
         """
-        if self._metadata_from_kafka is None:
-            has_brokers = bool(await self.zk.get_children(layout.BROKER_IDS_PATH))
-            if not has_brokers and self.bootstrap_servers is None:
+        if await self.cluster.metadata_from_kafka():
+            return True
+        if not self._metadata_checked:
+            # Without /brokers/ids (KRaft) only Kafka knows the topics: reading ZooKeeper's
+            # /brokers/topics would make every topic look unknown rather than unreachable.
+            if self.bootstrap_servers is None and not await self.zk.exists(layout.BROKER_IDS_PATH):
                 raise NoBrokersError(_NO_BROKERS)
-            self._metadata_from_kafka = not has_brokers
-        return self._metadata_from_kafka
+            self._metadata_checked = True
+        return False
 
     async def all_topics(self) -> list[str]:
         """Every topic of the cluster, sorted (``/brokers/topics`` or Kafka metadata).
 
         Raises:
-            NoBrokersError, KafkaConnectionError: Kafka metadata was needed and unavailable.
+            NoBrokersError: as :meth:`metadata_from_kafka`, or Kafka metadata was needed and
+                no broker answered.
+            KafkaConnectionError: Kafka metadata was needed and unavailable.
             ZookeeperConnectionError: ZooKeeper is unreachable.
         """
-        if await self.metadata_from_kafka():
-            return sorted(await (await self.kafka()).all_topics())
-        return sorted(await self.zk.get_children(layout.BROKER_TOPICS_PATH) or [])
+        await self.metadata_from_kafka()
+        return await self.cluster.all_topics()
 
     async def partitions_for(self, topics: Iterable[str]) -> dict[str, tuple[int, ...]]:
         """The partition ids of each topic; an unknown topic has none.
@@ -640,14 +450,13 @@ class GroupAdmin:
 
         Raises:
             MalformedZookeeperDataError: a topic node does not parse.
-            NoBrokersError, KafkaConnectionError: Kafka metadata was needed and unavailable.
+            NoBrokersError: as :meth:`metadata_from_kafka`, or Kafka metadata was needed and
+                no broker answered.
+            KafkaConnectionError: Kafka metadata was needed and unavailable.
+            ZookeeperConnectionError: ZooKeeper is unreachable.
         """
-        topics = sorted(set(topics))
-        if await self.metadata_from_kafka():
-            return await (await self.kafka()).partitions_for_topics(topics)
-        from .cluster import read_partitions_for_topics
-
-        return await read_partitions_for_topics(self.zk, topics)
+        await self.metadata_from_kafka()
+        return await self.cluster.partitions_for_topics(topics)
 
     async def list_offsets(
         self, tps: Iterable[TopicPartition], which: Literal["earliest", "latest"]
@@ -752,7 +561,7 @@ class GroupAdmin:
         """Partition -> decoded data of the numbered children of ``directory``, read at once."""
         children = [c for c in await self.zk.get_children(directory) or [] if c.isdigit()]
         paths = [f"{directory}/{c}" for c in children]
-        datas = await asyncio.gather(*(self.zk.get_data(path) for path in paths))
+        datas = await gather(self.zk.get_data(path) for path in paths)
         return {
             int(child): decode(data, path)
             for child, path, data in zip(children, paths, datas, strict=True)
@@ -1049,197 +858,3 @@ class GroupAdmin:
             },
             problems=tuple(problems),
         )
-
-
-# --------------------------------------------------------------------------------------------
-# Console consumer
-# --------------------------------------------------------------------------------------------
-
-_TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
-_FORMATTER_FLAGS = ("print.key", "print.timestamp", "print.partition", "print.offset")
-_FORMATTER_KEYS = (*_FORMATTER_FLAGS, "print.value", "key.separator", "line.separator")
-
-
-@dataclass(frozen=True)
-class MessageFormatter:
-    """The console consumer's ``DefaultMessageFormatter`` (0.10.2, plus partition and offset).
-
-    Writes, in this order and each followed by ``key_separator``: ``<type>:<timestamp>``
-    (``CreateTime:1490000000000``, or ``NO_TIMESTAMP``), ``Partition:<p>``, ``Offset:<o>``
-    (the last two as Kafka 2.x's formatter), the key; then the value followed by
-    ``line_separator``. A null key or value is written as ``null``.
-
-    Attributes:
-        print_key: ``print.key``.
-        print_timestamp: ``print.timestamp``.
-        print_partition: ``print.partition``.
-        print_offset: ``print.offset``.
-        print_value: ``print.value`` (default true).
-        key_separator: ``key.separator`` (default a tab).
-        line_separator: ``line.separator`` (default a newline).
-    """
-
-    print_key: bool = False
-    print_timestamp: bool = False
-    print_partition: bool = False
-    print_offset: bool = False
-    print_value: bool = True
-    key_separator: bytes = b"\t"
-    line_separator: bytes = b"\n"
-
-    @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> MessageFormatter:
-        """Build a formatter from ``--property`` values, as ``DefaultMessageFormatter.init``.
-
-        Booleans are true when the trimmed value equals ``true`` in any case.
-
-        Args:
-            props: formatter property -> value.
-
-        Returns:
-            The formatter.
-
-        Raises:
-            InvalidConfigError: an unknown property (the original ignored it silently).
-        """
-        unknown = sorted(set(props) - set(_FORMATTER_KEYS))
-        if unknown:
-            raise InvalidConfigError(
-                unknown[0],
-                f"unknown formatter property; known: {', '.join(_FORMATTER_KEYS)}",
-            )
-
-        def flag(key: str, default: bool) -> bool:
-            return props[key].strip().lower() == "true" if key in props else default
-
-        return cls(
-            print_key=flag("print.key", False),
-            print_timestamp=flag("print.timestamp", False),
-            print_partition=flag("print.partition", False),
-            print_offset=flag("print.offset", False),
-            print_value=flag("print.value", True),
-            key_separator=props.get("key.separator", "\t").encode(),
-            line_separator=props.get("line.separator", "\n").encode(),
-        )
-
-    def format(self, msg: MessageAndMetadata) -> bytes:
-        """The bytes written for one record.
-
-        Args:
-            msg: the record.
-
-        Returns:
-            Its formatted bytes, ending with ``line_separator``.
-        """
-        parts: list[bytes] = []
-        sep = self.key_separator
-        if self.print_timestamp:
-            kind = _TIMESTAMP_TYPES.get(msg.timestamp_type)
-            parts.append(b"NO_TIMESTAMP" if kind is None else f"{kind}:{msg.timestamp}".encode())
-            parts.append(sep)
-        if self.print_partition:
-            parts += (b"Partition:%d" % msg.partition, sep)
-        if self.print_offset:
-            parts += (b"Offset:%d" % msg.offset, sep)
-        if self.print_key:
-            parts += (b"null" if msg.key is None else msg.key, sep)
-        if self.print_value:
-            parts.append(b"null" if msg.value is None else msg.value)
-        parts.append(self.line_separator)
-        return b"".join(parts)
-
-
-class ConsoleConsumer:
-    """The console consumer of the old mode (``ConsoleConsumer --zookeeper``, 0.10.2).
-
-    One connector with one stream over a topic filter (``createMessageStreamsByFilter(filter,
-    1)``); records go to ``write`` through the formatter until ``max_messages`` were written,
-    ``consumer.timeout.ms`` passes without a record, or :meth:`stop` is called. Leaving
-    commits the consumed offsets (with ``auto.commit.enable``) and closes the session. The
-    offsets count exactly the records written: a batch never holds more than the records
-    still wanted.
-
-    Args:
-        config: the consumer configuration.
-        topic_filter: a ``Whitelist`` or ``Blacklist``.
-        write: called with each formatted record.
-        flush: called after each batch of records.
-        formatter: the record formatter.
-        max_messages: stop after this many records (``None``: no limit).
-
-    Attributes:
-        count: records written so far.
-        timed_out: whether the run ended because ``consumer.timeout.ms`` passed.
-        output_closed: whether the run ended because ``write`` or ``flush`` raised
-            ``BrokenPipeError`` (the reader of a pipe went away).
-    """
-
-    def __init__(
-        self,
-        config: ConsumerConfig,
-        topic_filter: TopicFilter,
-        write: Callable[[bytes], object],
-        flush: Callable[[], object] = lambda: None,
-        *,
-        formatter: MessageFormatter | None = None,
-        max_messages: int | None = None,
-    ) -> None:
-        self.config = config
-        self.topic_filter = topic_filter
-        self.write = write
-        self.flush = flush
-        self.formatter = formatter or MessageFormatter()
-        self.max_messages = max_messages
-        self.count = 0
-        self.timed_out = False
-        self.output_closed = False
-        self.connector: ZookeeperConsumerConnector | None = None
-        self._stop = anyio.Event()
-
-    def stop(self) -> None:
-        """Ask :meth:`run` to end (e.g. from a signal handler in the event loop's thread)."""
-        self._stop.set()
-
-    async def run(self) -> int:
-        """Consume until the limit, the timeout or :meth:`stop`; then shut down.
-
-        Returns:
-            The number of records written.
-
-        Raises:
-            ConsumerError: from the connector (``ZookeeperConnectionError``,
-                ``ConsumerRebalanceFailedError``, ...).
-        """
-        async with ZookeeperConsumerConnector(self.config) as connector:
-            self.connector = connector
-            async with anyio.create_task_group() as tg:
-
-                async def watch_stop() -> None:
-                    await self._stop.wait()
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(watch_stop)
-                (stream,) = await connector.create_message_streams_by_filter(self.topic_filter, 1)
-                iterator = stream.iterator
-                fmt = self.formatter.format
-                while self.max_messages is None or self.count < self.max_messages:
-                    want = 500 if self.max_messages is None else self.max_messages - self.count
-                    try:
-                        batch = await iterator.next_batch(min(want, 500))
-                    except StopAsyncIteration:
-                        break
-                    except ConsumerTimeoutError:
-                        self.timed_out = True
-                        break
-                    try:
-                        for msg in batch:
-                            self.write(fmt(msg))
-                            self.count += 1
-                        self.flush()
-                    except BrokenPipeError:
-                        # The reader went away (``| head``): a normal end. Records of the
-                        # batch not written count as consumed; the original lost them too.
-                        self.output_closed = True
-                        break
-                tg.cancel_scope.cancel()
-        return self.count

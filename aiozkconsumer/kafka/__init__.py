@@ -1,0 +1,8 @@
+"""The aiokafka adapter: the client (``client.py``), the offsets coordinator channel
+(``channel.py``) and the one translation of aiokafka's errors (``errors.py``).
+
+Nothing outside this package imports ``aiokafka.errors`` or touches aiokafka's private
+attributes; the rest of the consumer sees ``aiozkconsumer.errors`` and the names of
+``errors.py``. aiokafka's protocol classes and record parsers are used where requests are
+built and answers parsed.
+"""

@@ -1,0 +1,240 @@
+"""The offsets channel: one request at a time to a group's offset coordinator.
+
+The original's ``offsetsChannel`` (``ClientUtils.channelToOffsetManager``, 0.10.2): find the
+group's coordinator with FindCoordinator, keep it until told it moved, and send it
+OffsetCommit / OffsetFetch requests, one in flight at a time (``offsetsChannelLock``). Each
+method makes exactly one attempt; the retry rules and the meaning of the answers are the
+offset store's (``aiozkconsumer.offsets``). Every failure of an attempt — no Kafka client, no
+broker, no answer within ``offsets.channel.socket.timeout.ms``, a broken connection, a broker
+too old for the request — is raised as :class:`ChannelError`; no aiokafka exception escapes.
+
+Requests go over aiokafka's coordination connection to the broker, not the one fetches use
+(whose long polls would delay them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+import anyio
+from aiokafka.client import ConnectionGroup
+from aiokafka.conn import CloseReason
+from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
+from aiokafka.protocol.coordination import FindCoordinatorRequest
+
+from ..errors import ConsumerError
+from ..records import TopicPartition
+from .client import KafkaClient
+from .errors import NO_ANSWER, NONE, AiokafkaError, IncompatibleBrokerVersion, error_name
+
+__all__ = ["ChannelError", "KafkaGetter", "OffsetsChannel"]
+
+log = logging.getLogger(__name__)
+
+_NO_METADATA = ""  # OffsetMetadata.NoMetadata: the old consumer never committed metadata
+
+KafkaGetter = Callable[[], Awaitable[KafkaClient]]
+"""An async callable returning the connector's started :class:`~aiozkconsumer.cluster.KafkaClient`
+(created on first use), e.g. ``connector.ensure_kafka``."""
+
+
+class ChannelError(Exception):
+    """One attempt over the offsets channel got no usable answer.
+
+    Never leaves the offset store, which turns it into
+    :class:`~aiozkconsumer.errors.OffsetCommitError` /
+    :class:`~aiozkconsumer.errors.OffsetFetchError`.
+
+    Attributes:
+        reason: what went wrong, in words.
+        fatal: retrying cannot help (the broker lacks the API version).
+    """
+
+    def __init__(self, reason: str, *, fatal: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.fatal = fatal
+
+
+class OffsetsChannel:
+    """Requests to a group's offset coordinator, one at a time.
+
+    The coordinator is found with FindCoordinator and kept until :meth:`forget_coordinator`
+    or a failed request (as the original's ``offsetsChannel.disconnect()``). OffsetCommit is
+    sent with generation -1 and member id ``""`` (a "simple consumer" commit: the group never
+    joins Kafka's group protocol), retention -1 (the broker's ``offsets.retention.minutes``)
+    and empty metadata; aiokafka negotiates the version (OffsetCommit v2-v3, OffsetFetch
+    v1-v3).
+
+    Args:
+        kafka_getter: async callable returning the connector's started Kafka client. Its
+            failures (``ConsumerError``: ``NoBrokersError``, ``KafkaConnectionError`` ...)
+            are raised as :class:`ChannelError`. A different client than last time makes
+            the channel look the coordinator up again.
+        group: ``group.id``.
+        socket_timeout_ms: ``offsets.channel.socket.timeout.ms``: time limit of each
+            FindCoordinator, OffsetCommit and OffsetFetch request, ms.
+    """
+
+    def __init__(self, kafka_getter: KafkaGetter, group: str, *, socket_timeout_ms: int) -> None:
+        self._kafka_getter = kafka_getter
+        self.group = group
+        self.socket_timeout_ms = socket_timeout_ms
+        self._coordinator: int | None = None
+        self._kafka: KafkaClient | None = None
+        self._lock = anyio.Lock()
+
+    @property
+    def coordinator(self) -> int | None:
+        """The broker id of the group's coordinator, ``None`` until known."""
+        return self._coordinator
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Send one OffsetCommit of ``offsets``.
+
+        Args:
+            offsets: ``{partition: next offset to read}``, all sent as given.
+
+        Returns:
+            ``{partition: error code}`` for every partition of ``offsets``; ``NO_ANSWER``
+            (-1) for one the answer left out.
+
+        Raises:
+            ChannelError: no usable answer.
+        """
+        by_topic: dict[str, list[tuple[int, int, str]]] = {}
+        for tp, offset in offsets.items():
+            by_topic.setdefault(tp.topic, []).append((tp.partition, offset, _NO_METADATA))
+        request = OffsetCommitRequest(
+            self.group,
+            OffsetCommitRequest.DEFAULT_GENERATION_ID,
+            "",
+            OffsetCommitRequest.DEFAULT_RETENTION_TIME,
+            sorted(by_topic.items()),
+        )
+        async with self._lock:
+            response = await self._to_coordinator(request, "OffsetCommit")
+        codes = dict.fromkeys(offsets, NO_ANSWER)
+        for topic, parts in response.topics:
+            for partition, code in parts:
+                tp = TopicPartition(topic, partition)
+                if tp in codes:
+                    codes[tp] = int(code)
+        return codes
+
+    async def fetch(
+        self, tps: Iterable[TopicPartition]
+    ) -> tuple[int, dict[TopicPartition, tuple[int, int]]]:
+        """Send one OffsetFetch for ``tps``.
+
+        Args:
+            tps: the partitions.
+
+        Returns:
+            ``(group error code, {partition: (offset, error code)})`` as answered; the group
+            error code is 0 for OffsetFetch v1, which has none.
+
+        Raises:
+            ChannelError: no usable answer.
+        """
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        request = OffsetFetchRequest(self.group, sorted(by_topic.items()))
+        async with self._lock:
+            response = await self._to_coordinator(request, "OffsetFetch")
+        answered: dict[TopicPartition, tuple[int, int]] = {}
+        for topic, parts in response.topics:
+            for partition, offset, _metadata, code in parts:
+                answered[TopicPartition(topic, partition)] = (int(offset), int(code))
+        return int(getattr(response, "error_code", NONE)), answered
+
+    def forget_coordinator(self) -> None:
+        """Forget the coordinator and drop the connection to it; the next request looks it
+        up again. Never raises."""
+        if self._coordinator is not None:
+            log.info("group %s: forgetting offset coordinator %d", self.group, self._coordinator)
+            if self._kafka is not None:
+                self._disconnect(self._kafka, self._coordinator)
+        self._coordinator = None
+
+    def close(self) -> None:
+        """Forget the coordinator and the Kafka client (which belongs to the connector)."""
+        self.forget_coordinator()
+        self._kafka = None
+
+    # -- one request ---------------------------------------------------------------------
+
+    async def _to_coordinator(self, request: Any, what: str) -> Any:
+        """Send ``request`` to the coordinator (found first if unknown)."""
+        kafka = await self._client()
+        if self._coordinator is None:
+            node = kafka.raw.get_random_node()
+            if node is None:
+                raise ChannelError("no broker known to ask for the group coordinator")
+            response = await self._send(
+                kafka, node, FindCoordinatorRequest(self.group, 0), "FindCoordinator"
+            )
+            code = int(response.error_code)
+            if code != NONE:
+                raise ChannelError(f"FindCoordinator answered {error_name(code)}")
+            self._coordinator = int(response.coordinator_id)
+            log.info(
+                "group %s: offset coordinator is broker %d (%s)",
+                self.group,
+                self._coordinator,
+                kafka.broker_address(self._coordinator),
+            )
+        try:
+            return await self._send(kafka, self._coordinator, request, what)
+        except ChannelError:
+            # As the original's offsetsChannel.disconnect() on any failure: rediscover.
+            self.forget_coordinator()
+            raise
+
+    async def _client(self) -> KafkaClient:
+        try:
+            kafka = await self._kafka_getter()
+        except ConsumerError as e:
+            raise ChannelError(f"no Kafka client: {e}") from e
+        if kafka is not self._kafka:
+            self._kafka = kafka
+            self._coordinator = None
+        return kafka
+
+    async def _send(self, kafka: KafkaClient, node: int, request: Any, what: str) -> Any:
+        """One request over the coordination connection, bounded by the socket timeout.
+
+        Every aiokafka error is turned into a :class:`ChannelError` here.
+        """
+        try:
+            with anyio.fail_after(self.socket_timeout_ms / 1000):
+                return await kafka.raw.send(node, request, group=ConnectionGroup.COORDINATION)
+        except TimeoutError:
+            self._disconnect(kafka, node)
+            raise ChannelError(
+                f"{what} to {kafka.broker_address(node)} got no answer within "
+                f"offsets.channel.socket.timeout.ms={self.socket_timeout_ms}"
+            ) from None
+        except IncompatibleBrokerVersion as e:
+            raise ChannelError(f"{what}: broker too old: {e}", fatal=True) from e
+        except AiokafkaError as e:
+            raise ChannelError(f"{what} to {kafka.broker_address(node)} failed: {e!r}") from e
+        except NotImplementedError as e:  # Request.prepare: no version both sides speak
+            raise ChannelError(f"{what}: no protocol version in common: {e}", fatal=True) from e
+
+    @staticmethod
+    def _disconnect(kafka: KafkaClient, node: int) -> None:
+        # aiokafka has no public way to drop one connection; a request we gave up on would
+        # otherwise stay queued on it until socket.timeout.ms.
+        conn = kafka.raw._conns.get((node, ConnectionGroup.COORDINATION))
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close(reason=CloseReason.CONNECTION_TIMEOUT)
+
+    def __repr__(self) -> str:
+        where = "unknown" if self._coordinator is None else f"broker {self._coordinator}"
+        return f"<OffsetsChannel group={self.group} [coordinator {where}]>"

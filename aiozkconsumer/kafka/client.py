@@ -1,0 +1,227 @@
+"""The aiokafka client adapter: connections, metadata and plain requests to brokers.
+
+``KafkaClient`` wraps aiokafka's ``AIOKafkaClient`` as ``zk/client.py``'s ``ZkClient`` wraps
+aiozk: it translates aiokafka's exceptions into ``aiozkconsumer.errors`` (none escapes), reads
+leaders and partitions from Kafka metadata (as the original's ``LeaderFinderThread`` with a
+``TopicMetadataRequest``) and asks leaders for offsets (ListOffsets). Requests to the group
+coordinator go over ``channel.py``'s ``OffsetsChannel``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.offset import OffsetRequest
+from aiokafka.structs import TopicPartition as KafkaTopicPartition
+
+from ..errors import (
+    BrokerNotAvailableError,
+    KafkaConnectionError,
+    NoBrokersError,
+    UnknownTopicError,
+)
+from ..records import TopicPartition
+from .errors import AiokafkaError, PartitionError, classify_partition_error, error_name
+
+__all__ = ["EARLIEST", "LATEST", "KafkaClient"]
+
+log = logging.getLogger(__name__)
+
+EARLIEST = -2
+"""ListOffsets timestamp asking for the log start offset (``OffsetRequest.EarliestTime``)."""
+LATEST = -1
+"""ListOffsets timestamp asking for the log end offset (``OffsetRequest.LatestTime``)."""
+
+
+class KafkaClient:
+    """Kafka protocol access through aiokafka's ``AIOKafkaClient``.
+
+    Args:
+        bootstrap_servers: ``host:port[,host:port]``.
+        client_id: ``client.id`` sent with every request.
+        request_timeout_ms: ``socket.timeout.ms``.
+        retry_backoff_ms: ``refresh.leader.backoff.ms``.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        client_id: str,
+        request_timeout_ms: int = 30000,
+        retry_backoff_ms: int = 200,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self._client = AIOKafkaClient(
+            bootstrap_servers=bootstrap_servers.split(","),
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+        )
+        self._started = False
+
+    @property
+    def raw(self) -> AIOKafkaClient:
+        """The underlying ``AIOKafkaClient``."""
+        return self._client
+
+    async def start(self) -> None:
+        """Connect and read the cluster metadata.
+
+        Raises:
+            KafkaConnectionError: no bootstrap broker answered.
+        """
+        try:
+            await self._client.bootstrap()
+        except AiokafkaError as e:
+            await self.close()
+            raise KafkaConnectionError(
+                f"could not reach any Kafka broker of {self.bootstrap_servers!r}: {e}"
+            ) from e
+        self._started = True
+
+    async def close(self) -> None:
+        """Close every connection and aiokafka's metadata task (never raises)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._client.close(), 5)
+
+    async def refresh_metadata(self, topics: Iterable[str]) -> bool:
+        """Track ``topics`` and refresh metadata now. Returns ``False`` if no broker answered."""
+        wanted = set(topics)
+        tracked = set(self._client._topics)
+        if not wanted <= tracked:
+            self._client.set_topics(tracked | wanted)
+        return bool(await self._client.force_metadata_update())
+
+    async def all_topics(self) -> set[str]:
+        """Every topic in the cluster, from a fresh metadata request.
+
+        Raises:
+            NoBrokersError: no broker answered.
+        """
+        try:
+            md = await self._client.fetch_all_metadata()
+        except AiokafkaError as e:
+            raise NoBrokersError(
+                f"no broker of {self.bootstrap_servers!r} answered a metadata request: {e}"
+            ) from e
+        return set(md.topics())
+
+    async def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        """Number of partitions of each topic (0 for an unknown topic), from fresh metadata.
+
+        Raises:
+            NoBrokersError: no broker answered.
+        """
+        topics = sorted(set(topics))
+        if topics and not await self.refresh_metadata(topics):
+            raise NoBrokersError(f"no broker of {self.bootstrap_servers!r} answered")
+        return {t: len(self.partitions_for(t) or ()) for t in topics}
+
+    async def partitions_for_topics(self, topics: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """Sorted partition ids of each topic (empty for an unknown topic), from fresh metadata.
+
+        Raises:
+            NoBrokersError: no broker answered.
+        """
+        topics = sorted(set(topics))
+        if topics and not await self.refresh_metadata(topics):
+            raise NoBrokersError(f"no broker of {self.bootstrap_servers!r} answered")
+        return {t: tuple(sorted(self.partitions_for(t) or ())) for t in topics}
+
+    def leader_for(self, tp: TopicPartition) -> int | None:
+        """The leader's broker id, or ``None`` when unknown or unavailable."""
+        leader = self._client.cluster.leader_for_partition(
+            KafkaTopicPartition(tp.topic, tp.partition)
+        )
+        return None if leader is None or leader < 0 else int(leader)
+
+    def partitions_for(self, topic: str) -> set[int] | None:
+        """Partition ids of ``topic`` from Kafka metadata, or ``None`` if unknown."""
+        parts = self._client.cluster.partitions_for_topic(topic)
+        return None if parts is None else set(parts)
+
+    def broker_address(self, node_id: int) -> str:
+        """``host:port`` of a broker, for messages and metrics."""
+        md = self._client.cluster.broker_metadata(node_id)
+        return f"{md.host}:{md.port}" if md is not None else f"broker {node_id}"
+
+    async def send(self, node_id: int, request: Any) -> Any:
+        """Send a request to a broker and return its response.
+
+        Raises:
+            BrokerNotAvailableError: the broker could not be reached or timed out.
+        """
+        try:
+            return await self._client.send(node_id, request)
+        except AiokafkaError as e:
+            raise BrokerNotAvailableError(
+                f"request to {self.broker_address(node_id)} failed: {e!r}"
+            ) from e
+
+    async def list_offsets(
+        self, node_id: int, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """Ask one broker (the partitions' leader) for offsets by timestamp (ListOffsets).
+
+        Args:
+            node_id: the leader of every partition in ``timestamps``.
+            timestamps: ``{tp: EARLIEST | LATEST | epoch ms}``.
+
+        Returns:
+            ``{tp: offset}`` for the partitions the broker answered without error.
+
+        Raises:
+            BrokerNotAvailableError: the broker could not be reached.
+            UnknownTopicError: the broker does not know a partition's topic.
+        """
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for tp, ts in timestamps.items():
+            by_topic.setdefault(tp.topic, []).append((tp.partition, ts))
+        response = await self.send(node_id, OffsetRequest(-1, 0, list(by_topic.items())))
+        result: dict[TopicPartition, int] = {}
+        for topic, parts in response.topics:
+            for partition, error_code, *info in parts:
+                kind = classify_partition_error(error_code)
+                if kind is PartitionError.NONE:
+                    offset = info[-1] if response.API_VERSION >= 1 else (info[0] or [-1])[0]
+                    result[TopicPartition(topic, partition)] = int(offset)
+                elif kind is PartitionError.UNKNOWN_TOPIC:
+                    raise UnknownTopicError(topic, f"broker {node_id} does not know {topic!r}")
+                else:
+                    log.debug(
+                        "ListOffsets for [%s,%s] failed: %s",
+                        topic,
+                        partition,
+                        error_name(error_code),
+                    )
+        return result
+
+    async def log_end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Log end offsets of partitions, asking each partition's leader.
+
+        Raises:
+            NoBrokersError: metadata could not be refreshed from any broker.
+            BrokerNotAvailableError: a leader could not be reached.
+        """
+        tps = list(tps)
+        if not await self.refresh_metadata({tp.topic for tp in tps}):
+            raise NoBrokersError(f"no broker of {self.bootstrap_servers!r} answered")
+        by_leader: dict[int, dict[TopicPartition, int]] = {}
+        for tp in tps:
+            leader = self.leader_for(tp)
+            if leader is None:
+                raise BrokerNotAvailableError(f"partition {tp} has no leader")
+            by_leader.setdefault(leader, {})[tp] = LATEST
+        result: dict[TopicPartition, int] = {}
+        for leader, ts in by_leader.items():
+            result.update(await self.list_offsets(leader, ts))
+        return result
+
+    def __repr__(self) -> str:
+        return f"<KafkaClient {self.bootstrap_servers} [{'started' if self._started else 'new'}]>"
