@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+from aiozk import exc as zk_exc
 
 from aiozkconsumer import ConnectorState, ConsumerConfig, ZookeeperConsumerConnector
 from aiozkconsumer.stream import KafkaStream
@@ -62,14 +63,24 @@ async def members_of(zk_client: Any, group: str) -> list[str]:
 
 
 async def owner_nodes(zk_client: Any, group: str, topic: str) -> dict[int, str]:
+    """Partition -> owner thread id, from the group's owner nodes of ``topic``.
+
+    A missing owners directory (or an owner node deleted while reading) means no owner;
+    every other ZooKeeper error propagates, so an assertion on the result cannot pass by
+    accident.
+    """
     owners_dir = layout.owners_dir(group, topic)
     try:
         children = await zk_client.get_children(owners_dir)
-    except Exception:
+    except zk_exc.NoNode:
         return {}
     result = {}
     for child in children:
-        result[int(child)] = (await zk_client.get_data(f"{owners_dir}/{child}")).decode()
+        try:
+            data = await zk_client.get_data(f"{owners_dir}/{child}")
+        except zk_exc.NoNode:
+            continue
+        result[int(child)] = data.decode()
     return result
 
 

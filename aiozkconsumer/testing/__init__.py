@@ -45,8 +45,8 @@ if TYPE_CHECKING:
         LocalCluster,
         LocalClusterError,
         ProduceError,
-        ProxyLink,
     )
+    from aiozkconsumer.testing.links import ProxyLink
     from aiozkconsumer.testing.provision import ProvisioningError, provision_kafka
     from aiozkconsumer.testing.proxy import FaultMode, ProxyError, ProxyStatistics, TcpProxy
 
@@ -87,7 +87,7 @@ _WHERE = {
     "ProduceError": "cluster",
     "ProvisioningError": "provision",
     "ProxyError": "proxy",
-    "ProxyLink": "cluster",
+    "ProxyLink": "links",
     "ProxyStatistics": "proxy",
     "TcpProxy": "proxy",
     "provision_kafka": "provision",

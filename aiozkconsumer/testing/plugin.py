@@ -39,8 +39,9 @@ import pytest
 from aiozk import ZKClient
 
 from aiozkconsumer._loops import close_loop
-from aiozkconsumer.testing.cluster import LocalCluster, LocalClusterError, _close_zk
+from aiozkconsumer.testing.cluster import LocalCluster, LocalClusterError
 from aiozkconsumer.testing.provision import FLAVOURS
+from aiozkconsumer.zk.client import close_raw
 
 __all__ = [
     "BROKERS_ENV",
@@ -208,7 +209,7 @@ async def _open_zk_client(cluster: LocalCluster) -> AsyncIterator[Any]:
             await zk.start()
         yield zk
     finally:
-        await _close_zk(zk, _ZK_CLIENT_CLOSE_S)
+        await close_raw(zk, _ZK_CLIENT_CLOSE_S)
 
 
 async def _zk_client(zk_kafka_cluster: LocalCluster) -> AsyncIterator[Any]:
