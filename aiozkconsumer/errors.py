@@ -1,8 +1,9 @@
 """One exception hierarchy for aiozkconsumer.
 
-Errors raised by aiozk and aiokafka are translated into these classes at the boundary
-(``zk/client.py``, ``fetcher.py``, ``cluster.py``); none of the libraries' own exception types
-escape the public API. Names follow the original consumer (``kafka.common.*Exception``) in
+Errors raised by aiozk and aiokafka are translated into these classes at the boundary, by
+the adapters (``zk/client.py`` for ZooKeeper, ``kafka/`` for Kafka); none of the libraries' own
+exception types escape the public API, and callers catch these classes (never inspecting
+``__cause__``). Names follow the original consumer (``kafka.common.*Exception``) in
 Python spelling.
 """
 

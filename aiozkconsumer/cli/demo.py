@@ -402,7 +402,7 @@ class ExistingCluster:
                 parts = consumer.partitions_for_topic(topic)
                 if parts:
                     break
-                await consumer._client.force_metadata_update()
+                await consumer.topics()  # refreshes the metadata
                 await asyncio.sleep(0.1)
             ends = await consumer.end_offsets([KTP(topic, p) for p in sorted(parts or ())])
             return {tp.partition: off for tp, off in ends.items()}

@@ -105,10 +105,7 @@ def check(
                     host, port = b.plaintext_address()
                     brokers.append((b.broker_id, f"{host}:{port}"))
                 if not brokers:  # KRaft: the brokers are known from Kafka metadata only
-                    cluster = kafka.raw.cluster
-                    brokers = sorted(
-                        (int(b.nodeId), f"{b.host}:{b.port}") for b in cluster.brokers()
-                    )
+                    brokers = kafka.brokers()
             return description, brokers
 
     description, brokers = run_async(go)

@@ -146,6 +146,10 @@ class KafkaClient:
         parts = self._client.cluster.partitions_for_topic(topic)
         return None if parts is None else set(parts)
 
+    def brokers(self) -> list[tuple[int, str]]:
+        """The brokers of the last metadata response, ``[(node id, "host:port")]`` sorted."""
+        return sorted((int(b.nodeId), f"{b.host}:{b.port}") for b in self._client.cluster.brokers())
+
     def broker_address(self, node_id: int) -> str:
         """``host:port`` of a broker, for messages and metrics."""
         md = self._client.cluster.broker_metadata(node_id)

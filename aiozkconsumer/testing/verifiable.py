@@ -400,11 +400,8 @@ class VerifiableConsumer:
 
     def _session_password(self) -> str | None:
         """The current session's password as hex (``None`` before the first session)."""
-        raw = self.connector.zk.raw
-        password = getattr(getattr(raw, "session", None), "password", None)
-        if self.connector.zk.session_id is None or not isinstance(password, bytes):
-            return None
-        return password.hex()
+        password = self.connector.zk.session_password
+        return None if password is None else password.hex()
 
     def _sync_session(self) -> None:
         """After a session was replaced (expiry), record that its partitions are gone."""

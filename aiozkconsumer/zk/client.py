@@ -226,6 +226,18 @@ class ZkClient:
         return self._zk
 
     @property
+    def session_password(self) -> bytes | None:
+        """The current session's password (``None`` before the first session).
+
+        With the session id it lets a second client take the session over, which is how the
+        test kit expires a session for real.
+        """
+        if self._zk is None or self.session_id is None:
+            return None
+        password = getattr(self._zk.session, "password", None)
+        return password if isinstance(password, bytes) else None
+
+    @property
     def session_id(self) -> int | None:
         """The current session id, ``None`` before the first session."""
         return None if self._zk is None else self._zk.session.session_id
