@@ -19,6 +19,7 @@ from aiozkconsumer.errors import (
 )
 from aiozkconsumer.records import MessageAndMetadata, TopicPartition
 from aiozkconsumer.testing import LocalCluster
+from aiozkconsumer.testing._layout import encode_topic_partitions
 from aiozkconsumer.tools import (
     GroupActiveError,
     GroupAdmin,
@@ -264,9 +265,7 @@ async def test_restarting_brokers_keep_metadata_on_zookeeper(
     bootstrap = zk_kafka_cluster.bootstrap_servers
     async with GroupAdmin(chroot, bootstrap_servers=bootstrap) as admin:
         await admin.zk.ensure_path(layout.BROKER_IDS_PATH)
-        await admin.zk.create(
-            layout.topic_path(topic), layout.encode_topic_partitions({0: [1], 1: [1]})
-        )
+        await admin.zk.create(layout.topic_path(topic), encode_topic_partitions({0: [1], 1: [1]}))
         assert await admin.brokers() == []
         assert await admin.metadata_from_kafka() is False
         assert await admin.partitions_for([topic]) == {topic: (0, 1)}

@@ -9,24 +9,26 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiozkconsumer.errors import MalformedZookeeperDataError
+from aiozkconsumer.testing._layout import (
+    PartitionState,
+    decode_partition_state,
+    encode_broker,
+    encode_partition_state,
+    encode_topic_partitions,
+)
 from aiozkconsumer.zk import layout
 from aiozkconsumer.zk.layout import (
     BrokerEndPoint,
     BrokerInfo,
-    PartitionState,
     Registration,
     decode_broker,
     decode_offset,
     decode_owner,
-    decode_partition_state,
     decode_registration,
     decode_topic_partitions,
-    encode_broker,
     encode_offset,
     encode_owner,
-    encode_partition_state,
     encode_registration,
-    encode_topic_partitions,
     json_escape_string,
 )
 

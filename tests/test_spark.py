@@ -496,15 +496,25 @@ def test_failed_batch_is_replayed_with_the_same_offsets_and_group_never_runs_ahe
     assert recovered.pairs[2] == failing.failed  # the same (partition, offset) set
     everything = sorted(failing.all_pairs() + recovered.all_pairs())
     assert everything == [(p, o) for p in range(4) for o in range(750)]
-    # While any batch ran, the group's offsets were at most where that batch starts: never
-    # ahead of what Spark had committed.
+    # While any batch ran, the group held exactly the end of the batches Spark had committed
+    # before it (nothing while batch 0 ran): never ahead of what Spark had committed, and not
+    # behind it either.
+    assert failing.failed is not None
+    done = {0: failing.pairs[0], 1: failing.pairs[1], 2: failing.failed, **recovered.pairs}
+
+    def committed_before(batch_id: int) -> dict[int, int | None]:
+        pairs = [pair for b, ps in done.items() if b < batch_id for pair in ps]
+        return {p: max((o + 1 for q, o in pairs if q == p), default=None) for p in range(4)}
+
+    assert sorted(failing.group_offsets_at) == [0, 1, 2]
+    assert failing.group_offsets_at[0] == dict.fromkeys(range(4))
+    assert sorted(recovered.group_offsets_at) == recovered.ids
     for batches in (failing, recovered):
         for batch_id, at in batches.group_offsets_at.items():
-            pairs = batches.pairs.get(batch_id) or batches.failed or set()
-            for p, committed in at.items():
-                starts = [o for q, o in pairs if q == p]
-                if committed is not None and starts:
-                    assert committed <= min(starts), (batch_id, p, committed, min(starts))
+            assert at == committed_before(batch_id), batch_id
+            if batch_id > 0:
+                assert None not in at.values(), batch_id
+    assert recovered.group_offsets_at[2] == committed_end
 
 
 @pytest.mark.integration

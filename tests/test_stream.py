@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 import pytest
@@ -107,18 +106,6 @@ async def test_too_large_chunk_raises_message_size_too_large() -> None:
     queue.put_nowait(FetchedDataChunk((), info, 42, too_large=True))
     with pytest.raises(MessageSizeTooLargeError, match="partition 0 at fetch offset 42"):
         await stream.__aiter__().__anext__()
-
-
-async def test_blocked_reader_applies_backpressure() -> None:
-    queue: ChunkQueue = ChunkQueue(maxsize=1)
-    info = pti(queue)
-    queue.put_nowait(FetchedDataChunk([batch(0, 1)], info, 0))
-    put = asyncio.ensure_future(queue.put(FetchedDataChunk([batch(1, 1)], info, 1)))
-    await asyncio.sleep(0)
-    assert not put.done()  # a full queue holds the fetcher
-    stream = KafkaStream(queue, -1, "c", "t-0")
-    assert [o for _, o in await take(stream, 2)] == [0, 1]
-    await put
 
 
 async def test_closed_gate_holds_records_until_reopened() -> None:
