@@ -9,8 +9,13 @@ The public API, named after the original (``kafka.consumer``, 0.8–0.10.2)::
         streams = await connector.create_message_streams({"payments": 2})
         async for msg in streams["payments"][0]:
             ...
+
+The same API with the group coordinated by Kafka (the Java ``KafkaConsumer``'s protocol):
+``create_connector(ConsumerConfig(group_id=..., group_coordinator="kafka",
+bootstrap_servers=...))`` returns a ``KafkaConsumerConnector``.
 """
 
+from .base_connector import ConsumerConnector
 from .config import ConsumerConfig, UnknownConfigWarning
 from .connector import (
     ConnectorState,
@@ -18,6 +23,7 @@ from .connector import (
     ConsumerRebalanceListener,
     ZookeeperConsumerConnector,
 )
+from .consumer import Consumer, create_connector
 from .errors import (
     BrokerNotAvailableError,
     CommitFencedError,
@@ -26,6 +32,7 @@ from .errors import (
     ConsumerRebalanceFailedError,
     ConsumerTimeoutError,
     CorruptRecordError,
+    GroupCoordinatorError,
     InvalidConfigError,
     KafkaConnectionError,
     MalformedZookeeperDataError,
@@ -44,6 +51,8 @@ from .errors import (
     ZookeeperNoNodeError,
     ZookeeperSessionExpiredError,
 )
+from .interceptors import ConsumerInterceptor, Interceptors
+from .kafka_connector import KafkaConsumerConnector
 from .metrics import ConsumerMetrics
 from .rebalance import RebalanceRecord
 from .records import MessageAndMetadata, TopicPartition
@@ -59,8 +68,11 @@ __all__ = [
     "BrokerNotAvailableError",
     "ConnectorState",
     "ConnectorStatistics",
+    "Consumer",
     "ConsumerClosedError",
     "ConsumerConfig",
+    "ConsumerConnector",
+    "ConsumerInterceptor",
     "ConsumerError",
     "ConsumerIterator",
     "ConsumerMetrics",
@@ -70,8 +82,11 @@ __all__ = [
     "ConsumerTimeoutError",
     "CorruptRecordError",
     "FetchResult",
+    "GroupCoordinatorError",
+    "Interceptors",
     "InvalidConfigError",
     "KafkaConnectionError",
+    "KafkaConsumerConnector",
     "KafkaStream",
     "MalformedZookeeperDataError",
     "MessageAndMetadata",
@@ -97,4 +112,5 @@ __all__ = [
     "ZookeeperNoNodeError",
     "ZookeeperSessionExpiredError",
     "__version__",
+    "create_connector",
 ]

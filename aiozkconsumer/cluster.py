@@ -121,7 +121,8 @@ class ClusterView:
     ``bootstrap_servers`` or else from the brokers registered in ZooKeeper.
 
     Args:
-        zk: the ZooKeeper session (started by the owner).
+        zk: the ZooKeeper session (started by the owner); ``None`` for a cluster known only
+            through Kafka (a Kafka-coordinated group): metadata then always comes from Kafka.
         source: ``cluster.metadata.source`` (``auto``, ``zookeeper`` or ``kafka``).
         bootstrap_servers: ``bootstrap.servers``, ``host:port[,...]``, or ``None``.
         client_id: ``client.id`` of Kafka requests.
@@ -133,7 +134,7 @@ class ClusterView:
 
     def __init__(
         self,
-        zk: ZkClient,
+        zk: ZkClient | None,
         *,
         source: str = "auto",
         bootstrap_servers: str | None = None,
@@ -171,9 +172,13 @@ class ClusterView:
             ZookeeperConnectionError: ZooKeeper is unreachable.
         """
         if self._from_kafka is None:
+            zk = self.zk
+            if zk is None:
+                self._from_kafka = True
+                return True
             exists = await self._zk_step(
                 f"reading {layout.BROKER_IDS_PATH}",
-                lambda: self.zk.exists(layout.BROKER_IDS_PATH),
+                lambda: zk.exists(layout.BROKER_IDS_PATH),
             )
             self._from_kafka = (
                 metadata_source(self.source, exists, self.bootstrap_servers) == "kafka"
@@ -187,6 +192,8 @@ class ClusterView:
             MalformedZookeeperDataError: a broker node does not parse.
             ZookeeperConnectionError: ZooKeeper is unreachable.
         """
+        if self.zk is None:
+            return []
         return await read_brokers(self.zk)
 
     async def kafka(self, brokers: Iterable[layout.BrokerInfo] | None = None) -> KafkaClient:
@@ -233,7 +240,7 @@ class ClusterView:
             NoBrokersError, KafkaConnectionError: Kafka metadata was needed and unavailable.
             ZookeeperConnectionError: ZooKeeper is unreachable.
         """
-        if await self.metadata_from_kafka():
+        if await self.metadata_from_kafka() or self.zk is None:
             return sorted(await (await self.kafka()).all_topics())
         return sorted(await self.zk.get_children(layout.BROKER_TOPICS_PATH) or [])
 
@@ -245,7 +252,7 @@ class ClusterView:
             NoBrokersError, KafkaConnectionError: Kafka metadata was needed and unavailable.
         """
         topics = sorted(set(topics))
-        if await self.metadata_from_kafka():
+        if await self.metadata_from_kafka() or self.zk is None:
             return await (await self.kafka()).partitions_for_topics(topics)
         return await read_partitions_for_topics(self.zk, topics)
 

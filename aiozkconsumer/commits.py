@@ -34,23 +34,27 @@ class FencedCommitter:
     Args:
         config: the consumer configuration (``group.id``, ``offsets.commit.max.retries``).
         consumer_id: the consumer id string, for the log.
-        zk: the ZooKeeper session (fencing nodes).
+        zk: the ZooKeeper session (fencing nodes); ``None`` for a Kafka-coordinated group,
+            whose commits the group coordinator fences by generation.
         store: the offset store (``offsets.storage``).
         ownership: the member's ownership state (what it owns, the tokens it holds).
         metrics: the metrics whose commit meters each write marks.
         on_fenced: called with the partitions found fenced (another member claimed them
             since): the owner drops them and requests a rebalance.
+        on_commit: called with the offsets committed, after each commit that wrote some
+            (the interceptors' ``on_commit``).
     """
 
     def __init__(
         self,
         config: ConsumerConfig,
         consumer_id: str,
-        zk: ZkClient,
+        zk: ZkClient | None,
         store: OffsetStore,
         ownership: OwnershipState,
         metrics: ConsumerMetrics,
         on_fenced: Callable[[set[TopicPartition]], None],
+        on_commit: Callable[[Mapping[TopicPartition, int]], None] = lambda offsets: None,
     ) -> None:
         self.config = config
         self.consumer_id = consumer_id
@@ -59,6 +63,7 @@ class FencedCommitter:
         self.ownership = ownership
         self.metrics = metrics
         self.on_fenced = on_fenced
+        self.on_commit = on_commit
 
     async def commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
         """Commit owned partitions' offsets, fenced, counting the writes in the commit meters.
@@ -102,7 +107,10 @@ class FencedCommitter:
                 self.metrics.zookeeper_commits_per_sec().mark(store.zookeeper_commits - zk_before)
             if store.kafka_commits > kafka_before:
                 self.metrics.kafka_commits_per_sec().mark(store.kafka_commits - kafka_before)
-            owned.record_committed({tp: o for tp, o in offsets.items() if tp not in fenced})
+            done = {tp: o for tp, o in offsets.items() if tp not in fenced}
+            owned.record_committed(done)
+        if done and written:
+            self.on_commit(done)
         if fenced:
             self.on_fenced({tp for tp in fenced if tp in owned})
             raise CommitFencedError(self.config.group_id, fenced)
@@ -111,9 +119,12 @@ class FencedCommitter:
     async def _fenced(self, fences: Mapping[TopicPartition, int]) -> set[TopicPartition]:
         """Partitions whose fencing node moved past the token we hold (read all at once)."""
         group = self.config.group_id
+        zk = self.zk
+        if zk is None:
+            return set()
         items = sorted(fences.items())
         got = await gather(
-            self.zk.get(layout.fencing_path(group, tp.topic, tp.partition)) for tp, _ in items
+            zk.get(layout.fencing_path(group, tp.topic, tp.partition)) for tp, _ in items
         )
         return {
             tp

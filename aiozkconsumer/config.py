@@ -37,6 +37,11 @@ _AUTO_OFFSET_RESET_VALUES = ("smallest", "largest")
 _OFFSETS_STORAGE_VALUES = ("zookeeper", "kafka")
 _ASSIGNMENT_STRATEGY_VALUES = ("range", "roundrobin")
 _CLUSTER_METADATA_SOURCE_VALUES = ("auto", "zookeeper", "kafka")
+_GROUP_COORDINATOR_VALUES = ("zookeeper", "kafka")
+# The Java KafkaConsumer's names for auto.offset.reset, accepted with group.coordinator=kafka.
+_NEW_CONSUMER_RESETS = {"earliest": "smallest", "latest": "largest"}
+# Keys of the Java KafkaConsumer that name an existing property of this consumer.
+_KEY_ALIASES = {"enable.auto.commit": "auto.commit.enable"}
 
 
 class UnknownConfigWarning(UserWarning):
@@ -72,7 +77,8 @@ class ConsumerConfig:
         consumer_id: ``consumer.id``, default ``None``: the connector generates
             ``<hostname>-<time ms>-<8 hex chars of a UUID>``. Same legal characters as
             ``group.id``; the original advises setting it only for testing.
-        zookeeper_connect: ``zookeeper.connect``, required. ``host:port[,host:port...][/chroot]``;
+        zookeeper_connect: ``zookeeper.connect``, required with ``group.coordinator=zookeeper``
+            (the default), unused with ``kafka``. ``host:port[,host:port...][/chroot]``;
             port 1..65535, an IPv6 host in brackets (``[::1]:2181``), chroot an absolute
             ZooKeeper path (``/`` means none).
         zookeeper_session_timeout_ms: ``zookeeper.session.timeout.ms``, ms, default 6000, > 0.
@@ -128,6 +134,25 @@ class ConsumerConfig:
         cluster_metadata_source: ``cluster.metadata.source``, new, default ``"auto"``;
             ``"auto"``, ``"zookeeper"`` (``/brokers`` in ZooKeeper, as the original) or
             ``"kafka"`` (broker metadata requests; needed for KRaft clusters).
+        group_coordinator: ``group.coordinator``, new, default ``"zookeeper"``: who
+            coordinates the group. ``"zookeeper"``: the original's ZooKeeper-coordinated group
+            (registration and owner nodes, ``zookeeper.connect`` required). ``"kafka"``: the
+            Java ``KafkaConsumer``'s group protocol (JoinGroup/SyncGroup with the broker's
+            group coordinator); ``bootstrap.servers`` required, offsets stored in Kafka
+            (``offsets.storage`` is ``kafka`` and dual commit is refused), metadata from
+            Kafka, and ``auto.offset.reset`` may also be ``earliest``/``latest`` (read as
+            ``smallest``/``largest``).
+        session_timeout_ms: ``session.timeout.ms``, ms, default 45000 (the Java client's),
+            > 0; ``group.coordinator=kafka`` only: the group coordinator removes a member it
+            has not heard a heartbeat from for this long.
+        heartbeat_interval_ms: ``heartbeat.interval.ms``, ms, default 3000, > 0 and below
+            ``session.timeout.ms``; ``kafka`` only: the pace of the heartbeat coroutine.
+        max_poll_interval_ms: ``max.poll.interval.ms``, ms, default 300000, > 0; ``kafka``
+            only: sent as JoinGroup's rebalance timeout (how long the coordinator waits for
+            every member to rejoin).
+        interceptor_classes: ``interceptor.classes``, default ``None``: comma-separated
+            ``module:Class`` (or ``module.Class``) names of consumer interceptors, each built
+            with no arguments (see ``ConsumerInterceptor``); both coordinators.
 
     Raises:
         InvalidConfigError: at construction, when a value has the wrong type (``bool`` where
@@ -138,7 +163,7 @@ class ConsumerConfig:
 
     group_id: str
     consumer_id: str | None = None
-    zookeeper_connect: str
+    zookeeper_connect: str | None = None
     zookeeper_session_timeout_ms: int = 6000
     zookeeper_connection_timeout_ms: int | None = None
     zookeeper_sync_time_ms: int = 2000
@@ -167,6 +192,11 @@ class ConsumerConfig:
     partition_assignment_strategy: str = "range"
     bootstrap_servers: str | None = None
     cluster_metadata_source: str = "auto"
+    group_coordinator: str = "zookeeper"
+    session_timeout_ms: int = 45000
+    heartbeat_interval_ms: int = 3000
+    max_poll_interval_ms: int = 300000
+    interceptor_classes: str | None = None
 
     def __post_init__(self) -> None:
         for name, (kind, optional) in _FIELD_KINDS.items():
@@ -179,9 +209,35 @@ class ConsumerConfig:
             _check_legal_chars("consumer.id", self.consumer_id)
         if self.client_id is not None:
             _check_legal_chars("client.id", self.client_id)
-        _check_zookeeper_connect(self.zookeeper_connect)
+        _check_choice("group.coordinator", self.group_coordinator, _GROUP_COORDINATOR_VALUES)
+        if self.group_coordinator == "kafka":
+            self._check_kafka_coordinated()
+        elif self.zookeeper_connect is None:
+            raise InvalidConfigError(
+                "zookeeper.connect",
+                "missing required property (group.coordinator=zookeeper); set it, or "
+                "group.coordinator=kafka with bootstrap.servers for a Kafka-coordinated group",
+            )
+        if self.zookeeper_connect is not None:
+            _check_zookeeper_connect(self.zookeeper_connect)
         if self.bootstrap_servers is not None:
             _check_host_ports("bootstrap.servers", self.bootstrap_servers)
+        _check_range("session.timeout.ms", self.session_timeout_ms, 1)
+        _check_range("heartbeat.interval.ms", self.heartbeat_interval_ms, 1)
+        _check_range("max.poll.interval.ms", self.max_poll_interval_ms, 1)
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise InvalidConfigError(
+                "heartbeat.interval.ms",
+                f"must be below session.timeout.ms ({self.session_timeout_ms}), got "
+                f"{self.heartbeat_interval_ms}",
+            )
+        if self.interceptor_classes is not None:
+            for name in self.interceptor_classes.split(","):
+                if not re.fullmatch(r"\s*[A-Za-z_][\w.]*([:.][A-Za-z_]\w*)\s*", name):
+                    raise InvalidConfigError(
+                        "interceptor.classes",
+                        f"{name.strip()!r} is not a module:Class or module.Class name",
+                    )
 
         # Durations that pace an unbounded loop or bound a wait must be > 0; the rebalance
         # backoff may be 0 since rebalance.max.retries bounds that loop.
@@ -234,6 +290,49 @@ class ConsumerConfig:
                 f"unnecessary socket timeouts, got {self.socket_timeout_ms}",
             )
 
+    def _check_kafka_coordinated(self) -> None:
+        """The rules of ``group.coordinator=kafka`` (at construction)."""
+        if not self.bootstrap_servers:
+            raise InvalidConfigError(
+                "bootstrap.servers",
+                "missing required property (group.coordinator=kafka: the group is coordinated "
+                "by a broker, found through bootstrap.servers)",
+            )
+        if self.dual_commit_enabled:
+            raise InvalidConfigError(
+                "dual.commit.enabled",
+                "a Kafka-coordinated group (group.coordinator=kafka) stores its offsets in "
+                "Kafka only; dual commit needs ZooKeeper offsets",
+            )
+        if self.cluster_metadata_source == "zookeeper":
+            raise InvalidConfigError(
+                "cluster.metadata.source",
+                "a Kafka-coordinated group (group.coordinator=kafka) reads metadata from Kafka",
+            )
+        reset = _NEW_CONSUMER_RESETS.get(self.auto_offset_reset)
+        if reset is not None:
+            object.__setattr__(self, "auto_offset_reset", reset)
+        object.__setattr__(self, "offsets_storage", "kafka")
+        object.__setattr__(self, "dual_commit_enabled", False)
+        object.__setattr__(self, "cluster_metadata_source", "kafka")
+
+    @property
+    def kafka_coordinated(self) -> bool:
+        """Whether the group is coordinated by Kafka (``group.coordinator=kafka``)."""
+        return self.group_coordinator == "kafka"
+
+    def require_zookeeper_connect(self) -> str:
+        """``zookeeper.connect``, for the parts that need ZooKeeper.
+
+        Raises:
+            InvalidConfigError: it is not set (a Kafka-coordinated group without it).
+        """
+        if self.zookeeper_connect is None:
+            raise InvalidConfigError(
+                "zookeeper.connect", "this needs ZooKeeper, and zookeeper.connect is not set"
+            )
+        return self.zookeeper_connect
+
     @property
     def effective_client_id(self) -> str:
         """``client.id`` in force: ``client_id``, or ``group_id`` when unset (as the original)."""
@@ -263,7 +362,7 @@ class ConsumerConfig:
     @property
     def zookeeper_hosts(self) -> str:
         """The ``host:port[,host:port...]`` part of ``zookeeper.connect``, without the chroot."""
-        return self.zookeeper_connect.partition("/")[0]
+        return self.require_zookeeper_connect().partition("/")[0]
 
     @property
     def zookeeper_chroot(self) -> str | None:
@@ -271,7 +370,7 @@ class ConsumerConfig:
 
         A bare ``/`` counts as none, as ZooKeeper's ``ConnectStringParser`` treats it.
         """
-        _, slash, path = self.zookeeper_connect.partition("/")
+        _, slash, path = self.require_zookeeper_connect().partition("/")
         return slash + path if path else None
 
     @classmethod
@@ -285,17 +384,19 @@ class ConsumerConfig:
         any letter case), and unknown keys are only warned about.
 
         Args:
-            props: dotted key (``"group.id"``) to value. ``group.id`` and
-                ``zookeeper.connect`` are required; every other key has its default.
+            props: dotted key (``"group.id"``) to value. ``group.id`` is required, and
+                ``zookeeper.connect`` unless ``group.coordinator=kafka``; every other key has
+                its default. The Java client's ``enable.auto.commit`` is read as
+                ``auto.commit.enable``.
 
         Returns:
             The validated config.
 
         Raises:
-            InvalidConfigError: when ``group.id`` or ``zookeeper.connect`` is missing
-                ("missing required property"), a string does not parse as the key's int or
-                boolean, or any check of :class:`ConsumerConfig` fails; ``key`` is the dotted
-                key at fault.
+            InvalidConfigError: when ``group.id``, or ``zookeeper.connect`` of a
+                ZooKeeper-coordinated group, is missing ("missing required property"), a
+                string does not parse as the key's int or boolean, or any check of
+                :class:`ConsumerConfig` fails; ``key`` is the dotted key at fault.
 
         Warns:
             UnknownConfigWarning: once, naming every key that is not a consumer property
@@ -306,6 +407,8 @@ class ConsumerConfig:
         kwargs: dict[str, Any] = {}
         unknown: list[str] = []
         for key, value in props.items():
+            if isinstance(key, str):
+                key = _KEY_ALIASES.get(key, key)
             name = key.replace(".", "_") if isinstance(key, str) else ""
             if not isinstance(key, str) or "_" in key or name not in kinds:
                 unknown.append(_describe_unknown(key, kinds))
@@ -320,9 +423,12 @@ class ConsumerConfig:
                 UnknownConfigWarning,
                 stacklevel=2,
             )
-        for required in ("group.id", "zookeeper.connect"):
-            if required.replace(".", "_") not in kwargs:
-                raise InvalidConfigError(required, "missing required property")
+        required = ["group.id"]
+        if kwargs.get("group_coordinator", "zookeeper") == "zookeeper":
+            required.append("zookeeper.connect")
+        for key in required:
+            if key.replace(".", "_") not in kwargs:
+                raise InvalidConfigError(key, "missing required property")
         return cls(**kwargs)
 
     def to_properties(self) -> dict[str, str]:

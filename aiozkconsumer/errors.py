@@ -34,6 +34,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OffsetStorageError",
     "UnknownTopicError",
+    "GroupCoordinatorError",
     "ZookeeperConnectionError",
     "ZookeeperError",
     "ZookeeperBadVersionError",
@@ -85,6 +86,27 @@ class MessageSizeTooLargeError(ConsumerError):
     As the original's ``MessageSizeTooLargeException``: increase the fetch size, or decrease
     the maximum message size the broker allows.
     """
+
+
+class GroupCoordinatorError(ConsumerError):
+    """A Kafka-coordinated group could not be joined or kept (``group.coordinator=kafka``).
+
+    Raised after retrying what can be retried (no coordinator yet, the coordinator moved, a
+    rebalance under way), or at once for what cannot (``GROUP_AUTHORIZATION_FAILED``,
+    ``INCONSISTENT_GROUP_PROTOCOL``: the group's members use assignors this member does not
+    offer, a broker too old for the group protocol).
+
+    Attributes:
+        group: ``group.id``.
+        coordinator: ``host:port`` of the group coordinator, or ``"unknown"``.
+        reason: what failed.
+    """
+
+    def __init__(self, group: str, coordinator: str, reason: str) -> None:
+        super().__init__(f"group {group!r} (coordinator {coordinator}): {reason}")
+        self.group = group
+        self.coordinator = coordinator
+        self.reason = reason
 
 
 class ZookeeperError(ConsumerError):

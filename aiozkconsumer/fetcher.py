@@ -293,6 +293,27 @@ class FetcherManager:
             self._no_leader_event.set()
         await task_group.start(self._run)
 
+    async def ensure_fetching(
+        self,
+        owned: Iterable[PartitionTopicInfo],
+        new: Iterable[PartitionTopicInfo],
+        task_group: Any,
+    ) -> None:
+        """After a rebalance: fetch everything ``owned`` if the fetchers are stopped (start
+        them), else add the ``new`` partitions to the running ones.
+
+        Args:
+            owned: every partition owned now.
+            new: the partitions acquired by this rebalance (a subset of ``owned``).
+            task_group: the connector's task group, which owns the fetcher tasks.
+        """
+        if not self.running:
+            await self.start_connections(owned, task_group)
+        else:
+            new = list(new)
+            if new:
+                self.add_partitions(new)
+
     async def _run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         done = self._done = anyio.Event()
         try:

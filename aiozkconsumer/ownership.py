@@ -20,11 +20,36 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
+from .config import ConsumerConfig
+from .metrics import ConsumerMetrics
 from .records import OwnershipGate, PartitionTopicInfo, TopicPartition
 from .stream import SHUTDOWN_COMMAND, ChunkQueue
 from .subscription import ConsumerThreadId
 
-__all__ = ["OwnershipState"]
+__all__ = ["OwnershipState", "partition_info"]
+
+
+def partition_info(
+    config: ConsumerConfig,
+    metrics: ConsumerMetrics,
+    gate: OwnershipGate,
+    tp: TopicPartition,
+    queue: ChunkQueue,
+    offset: int,
+) -> PartitionTopicInfo:
+    """The state of a freshly acquired partition, starting at ``offset`` (its committed
+    offset, or -1: none yet, ``auto.offset.reset`` decides at the first fetch)."""
+    return PartitionTopicInfo(
+        topic=tp.topic,
+        partition=tp.partition,
+        queue=queue,
+        meters=(metrics.messages_per_sec(tp.topic), metrics.messages_per_sec()),
+        consumed_offset=offset,
+        fetched_offset=offset,
+        fetch_size=config.fetch_message_max_bytes,
+        client_id=config.effective_client_id,
+        gate=gate,
+    )
 
 
 class OwnershipState:

@@ -26,7 +26,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import anyio
@@ -49,9 +48,9 @@ from .fetcher import FetcherManager
 from .membership import Membership
 from .metrics import ConsumerMetrics
 from .offsets import OffsetStore
-from .ownership import OwnershipState
+from .ownership import OwnershipState, partition_info
 from .plan import Moves, decide_claims, decide_fencing, plan_assignment, plan_moves
-from .records import PartitionTopicInfo, TopicPartition
+from .records import HISTORY_LIMIT, PartitionTopicInfo, RebalanceRecord, TopicPartition
 from .subscription import ConsumerThreadId, TopicCount, construct_topic_count
 from .zk import layout
 from .zk.client import ZkClient
@@ -68,9 +67,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-HISTORY_LIMIT = 100
-"""How many ``RebalanceRecord``s a member keeps (the most recent ones)."""
 
 
 class RebalanceListener(Protocol):
@@ -96,35 +92,6 @@ async def _call_listener(call: Awaitable[None]) -> None:
         raise
     except Exception as e:
         raise ConsumerError(f"the rebalance listener raised {e!r}") from e
-
-
-@dataclass(frozen=True)
-class RebalanceRecord:
-    """What one ``syncedRebalance`` did.
-
-    Attributes:
-        started_at: wall-clock start, seconds since the epoch.
-        duration_s: how long it took, seconds.
-        attempts: attempts made (1 when the first succeeded).
-        succeeded: whether it ended owning its assignment.
-        partitions: the partitions owned afterwards.
-        reason: what triggered it.
-        members: the group's members (consumer id strings) the last attempt assigned over.
-        kept: partitions that stayed with this member and kept fetching throughout.
-        released: partitions this member gave up.
-        acquired: partitions this member claimed.
-    """
-
-    started_at: float
-    duration_s: float
-    attempts: int
-    succeeded: bool
-    partitions: tuple[TopicPartition, ...]
-    reason: str
-    members: tuple[str, ...] = ()
-    kept: int = 0
-    released: int = 0
-    acquired: int = 0
 
 
 class Rebalancer:
@@ -422,7 +389,10 @@ class Rebalancer:
         offsets = await self.offset_store.fetch(acquire)
         if self.is_closing():
             return False
-        new_ptis = {tp: self._partition_info(tp, moves.acquire[tp], offsets[tp]) for tp in acquire}
+        new_ptis = {
+            tp: partition_info(cfg, self.metrics, own.gate, tp, moves.acquire[tp], offsets[tp])
+            for tp in acquire
+        }
         if not await self._claim(acquire, blocking):
             return False
         await self._fence(acquire, new_ptis)
@@ -437,29 +407,12 @@ class Rebalancer:
             await _call_listener(self.listener.before_starting_fetchers(me, global_view))
         if self.fetch_enabled and len(own):
             self.fetcher.kafka = await self.cluster.kafka()
-            if not self.fetcher.running:
-                # Also after an attempt that failed once its claims were in (a broker was
-                # unreachable): everything owned must be fetched, not only what is new.
-                await self.fetcher.start_connections(own.registry.values(), self.task_group())
-            elif new_ptis:
-                self.fetcher.add_partitions(new_ptis.values())
+            # Also after an attempt that failed once its claims were in (a broker was
+            # unreachable): everything owned must be fetched, not only what is new.
+            await self.fetcher.ensure_fetching(
+                own.registry.values(), new_ptis.values(), self.task_group()
+            )
         return True
-
-    def _partition_info(
-        self, tp: TopicPartition, queue: ChunkQueue, offset: int
-    ) -> PartitionTopicInfo:
-        cfg = self.config
-        return PartitionTopicInfo(
-            topic=tp.topic,
-            partition=tp.partition,
-            queue=queue,
-            meters=(self.metrics.messages_per_sec(tp.topic), self.metrics.messages_per_sec()),
-            consumed_offset=offset,
-            fetched_offset=offset,
-            fetch_size=cfg.fetch_message_max_bytes,
-            client_id=cfg.effective_client_id,
-            gate=self.ownership.gate,
-        )
 
     async def _claim(
         self, mine: Mapping[TopicPartition, ConsumerThreadId], blocking: list[str]

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 __all__ = [
+    "HISTORY_LIMIT",
     "FetchedDataChunk",
     "OwnershipGate",
     "MessageAndMetadata",
     "PartitionTopicInfo",
+    "RebalanceRecord",
     "TopicPartition",
 ]
 
@@ -198,3 +200,36 @@ class FetchedDataChunk:
     topic_info: PartitionTopicInfo
     fetch_offset: int
     too_large: bool = False
+
+
+HISTORY_LIMIT = 100
+"""How many ``RebalanceRecord``s a member keeps (the most recent ones)."""
+
+
+@dataclass(frozen=True)
+class RebalanceRecord:
+    """What one ``syncedRebalance`` did.
+
+    Attributes:
+        started_at: wall-clock start, seconds since the epoch.
+        duration_s: how long it took, seconds.
+        attempts: attempts made (1 when the first succeeded).
+        succeeded: whether it ended owning its assignment.
+        partitions: the partitions owned afterwards.
+        reason: what triggered it.
+        members: the group's members (consumer id strings) the last attempt assigned over.
+        kept: partitions that stayed with this member and kept fetching throughout.
+        released: partitions this member gave up.
+        acquired: partitions this member claimed.
+    """
+
+    started_at: float
+    duration_s: float
+    attempts: int
+    succeeded: bool
+    partitions: tuple[TopicPartition, ...]
+    reason: str
+    members: tuple[str, ...] = ()
+    kept: int = 0
+    released: int = 0
+    acquired: int = 0

@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from time import monotonic as _monotonic
 from typing import Any, Final
 
 from .errors import ConsumerTimeoutError, MessageSizeTooLargeError
+from .interceptors import Interceptors
 from .records import FetchedDataChunk, MessageAndMetadata, PartitionTopicInfo
 
-__all__ = ["SHUTDOWN_COMMAND", "ChunkQueue", "ConsumerIterator", "Decoder", "KafkaStream"]
+__all__ = [
+    "SHUTDOWN_COMMAND",
+    "ChunkQueue",
+    "ConsumerIterator",
+    "Decoder",
+    "InterceptingIterator",
+    "KafkaStream",
+]
 
 
 class _ShutdownCommand:
@@ -305,17 +314,106 @@ class ConsumerIterator:
         self._pending = None
 
 
+class InterceptingIterator:
+    """A ``ConsumerIterator`` whose records pass through the interceptors' ``on_consume``.
+
+    Used by a ``KafkaStream`` only when interceptors are configured, so the plain iterator's
+    hot path stays untouched. ``__anext__`` passes each record on its own (``on_consume`` of a
+    list of one); ``next_batch`` passes the whole batch once. Records an interceptor removes
+    are not handed out, but their offsets count as consumed (as the Java client, whose
+    ``onConsume`` runs after the position moved); when everything is removed the iterator
+    keeps waiting. Extra records an interceptor returns are kept, in order, and handed out
+    first by the next calls, even after a rebalance clears the stream (their offsets were
+    already consumed).
+
+    Args:
+        iterator: the stream's ``ConsumerIterator``.
+        interceptors: the chain; should be non-empty.
+
+    Raises (from ``__anext__`` and ``next_batch``):
+        ConsumerTimeoutError: as ``ConsumerIterator``; also when records kept arriving but
+            were all removed and ``consumer.timeout.ms`` has passed since the call began
+            (checked after each removal, so the wait can overrun by up to one more
+            ``consumer.timeout.ms``).
+        MessageSizeTooLargeError, StopAsyncIteration: as ``ConsumerIterator``; records kept
+            from an earlier call are handed out first.
+    """
+
+    __slots__ = ("_buffer", "_interceptors", "_iterator")
+
+    def __init__(self, iterator: ConsumerIterator, interceptors: Interceptors) -> None:
+        self._iterator = iterator
+        self._interceptors = interceptors
+        self._buffer: deque[MessageAndMetadata] = deque()
+
+    def __aiter__(self) -> InterceptingIterator:
+        return self
+
+    @property
+    def iterator(self) -> ConsumerIterator:
+        """The underlying ``ConsumerIterator``."""
+        return self._iterator
+
+    def _check_timeout(self, started: float) -> None:
+        timeout_s = self._iterator._timeout_s
+        if timeout_s is not None and _monotonic() - started >= timeout_s:
+            raise ConsumerTimeoutError(
+                f"no record within consumer.timeout.ms={int(timeout_s * 1000)} "
+                "(interceptors removed the records that arrived)"
+            )
+
+    async def __anext__(self) -> MessageAndMetadata:
+        buffer = self._buffer
+        if buffer:
+            return buffer.popleft()
+        on_consume = self._interceptors.on_consume
+        started = _monotonic()
+        while True:
+            records = on_consume([await self._iterator.__anext__()])
+            if records:
+                if len(records) > 1:
+                    buffer.extend(records[1:])
+                return records[0]
+            self._check_timeout(started)
+
+    async def next_batch(self, max_records: int = 500) -> list[MessageAndMetadata]:
+        """As ``ConsumerIterator.next_batch``, the batch passed through ``on_consume`` once.
+
+        Returns:
+            1 to ``max_records`` records. Records kept from an earlier call go out first, on
+            their own; records past ``max_records`` are kept for the next call.
+        """
+        buffer = self._buffer
+        if not buffer:
+            on_consume = self._interceptors.on_consume
+            started = _monotonic()
+            while True:
+                records = on_consume(await self._iterator.next_batch(max_records))
+                if len(records) > max_records:
+                    buffer.extend(records)
+                    break
+                if records:
+                    return records
+                self._check_timeout(started)
+        return [buffer.popleft() for _ in range(min(max_records, len(buffer)))]
+
+
 class KafkaStream:
     """A stream of records for one consumer thread id (``KafkaStream.scala``).
 
-    Iterate with ``async for msg in stream``; every ``__aiter__`` returns the same
-    ``ConsumerIterator``, as the original's single iterator per stream.
+    Iterate with ``async for msg in stream``; every ``__aiter__`` returns the same iterator, as
+    the original's single iterator per stream: the ``ConsumerIterator`` itself, or, when
+    interceptors are configured, an ``InterceptingIterator`` around it.
 
     Args:
         queue: the bounded chunk queue the fetchers fill.
         consumer_timeout_ms: ``consumer.timeout.ms``; negative blocks forever.
         client_id: ``client.id``, for metrics and ``repr``.
         name: a label such as ``"payments-0"`` (topic and thread index).
+        key_decoder: applied to non-null keys (see ``ConsumerIterator``).
+        value_decoder: applied to non-null values.
+        interceptors: ``interceptor.classes``: when non-empty, records pass through their
+            ``on_consume`` (after the decoders) before the reader gets them.
     """
 
     def __init__(
@@ -326,18 +424,23 @@ class KafkaStream:
         name: str,
         key_decoder: Decoder | None = None,
         value_decoder: Decoder | None = None,
+        *,
+        interceptors: Interceptors | None = None,
     ) -> None:
         self.queue = queue
         self.client_id = client_id
         self.name = name
         self._iterator = ConsumerIterator(queue, consumer_timeout_ms, key_decoder, value_decoder)
+        self._reader: ConsumerIterator | InterceptingIterator = (
+            InterceptingIterator(self._iterator, interceptors) if interceptors else self._iterator
+        )
 
     def __aiter__(self) -> AsyncIterator[MessageAndMetadata]:
-        return self._iterator
+        return self._reader
 
     @property
     def iterator(self) -> ConsumerIterator:
-        """The stream's one ``ConsumerIterator``."""
+        """The stream's one ``ConsumerIterator`` (before any interceptor)."""
         return self._iterator
 
     def clear(self) -> None:
@@ -349,7 +452,8 @@ class KafkaStream:
 
         Each batch holds 1 to ``max_records`` records, in offset order per partition; a batch
         is handed out as soon as one record is ready. The records' offsets count as consumed
-        when the batch is handed out. Ends when the stream ends.
+        when the batch is handed out. Ends when the stream ends. With interceptors, each
+        batch passes through their ``on_consume`` once (see ``InterceptingIterator``).
 
         Args:
             max_records: the largest batch, >= 1.
@@ -360,7 +464,7 @@ class KafkaStream:
         """
         if max_records < 1:
             raise ValueError(f"max_records must be >= 1, not {max_records}")
-        it = self._iterator
+        it = self._reader
         while True:
             try:
                 batch = await it.next_batch(max_records)

@@ -43,6 +43,12 @@ ORIGINAL_DEFAULTS: dict[str, object] = {
     "partition.assignment.strategy": "range",
     "bootstrap.servers": None,
     "cluster.metadata.source": "auto",
+    # New keys; the Kafka-coordinated ones take the Java KafkaConsumer's defaults.
+    "group.coordinator": "zookeeper",
+    "session.timeout.ms": 45000,
+    "heartbeat.interval.ms": 3000,
+    "max.poll.interval.ms": 300000,
+    "interceptor.classes": None,
 }
 DERIVED = (
     "zookeeper.connection.timeout.ms",
@@ -79,8 +85,9 @@ def test_every_field_is_a_known_key() -> None:
 
 
 def test_group_id_and_zookeeper_connect_are_required_arguments() -> None:
-    with pytest.raises(TypeError):
-        ConsumerConfig(group_id="g")  # type: ignore[call-arg]
+    with pytest.raises(InvalidConfigError) as info:
+        ConsumerConfig(group_id="g")  # zookeeper.connect: required by the default coordinator
+    assert info.value.key == "zookeeper.connect"
     with pytest.raises(TypeError):
         ConsumerConfig(zookeeper_connect="h:1")  # type: ignore[call-arg]
 
@@ -509,3 +516,67 @@ def test_properties_round_trip(config: ConsumerConfig) -> None:
     props = config.to_properties()
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in props.items())
     assert ConsumerConfig.from_properties(props) == config
+
+
+# --- group.coordinator=kafka ------------------------------------------------------------------
+
+
+def kafka_config(**changes: Any) -> ConsumerConfig:
+    return ConsumerConfig(
+        group_id="g", group_coordinator="kafka", bootstrap_servers="127.0.0.1:9092", **changes
+    )
+
+
+def test_kafka_coordinated_group_needs_bootstrap_servers_not_zookeeper() -> None:
+    config = kafka_config()
+    assert config.kafka_coordinated and config.zookeeper_connect is None
+    assert config.offsets_storage == "kafka" and not config.effective_dual_commit_enabled
+    assert config.cluster_metadata_source == "kafka"
+    with pytest.raises(InvalidConfigError) as info:
+        ConsumerConfig(group_id="g", group_coordinator="kafka")
+    assert info.value.key == "bootstrap.servers"
+    with pytest.raises(InvalidConfigError) as info:
+        ConsumerConfig(group_id="g")
+    assert info.value.key == "zookeeper.connect"
+
+
+def test_kafka_coordinated_group_refuses_zookeeper_only_settings() -> None:
+    with pytest.raises(InvalidConfigError) as info:
+        kafka_config(dual_commit_enabled=True)
+    assert info.value.key == "dual.commit.enabled"
+    with pytest.raises(InvalidConfigError) as info:
+        kafka_config(cluster_metadata_source="zookeeper")
+    assert info.value.key == "cluster.metadata.source"
+    with pytest.raises(InvalidConfigError) as info:
+        kafka_config().require_zookeeper_connect()
+    assert info.value.key == "zookeeper.connect"
+
+
+def test_kafka_coordinated_group_reads_the_java_clients_names() -> None:
+    assert kafka_config(auto_offset_reset="earliest").auto_offset_reset == "smallest"
+    assert kafka_config(auto_offset_reset="latest").auto_offset_reset == "largest"
+    with pytest.raises(InvalidConfigError):
+        make(auto_offset_reset="earliest")  # the old consumer's words only, in ZooKeeper mode
+    config = ConsumerConfig.from_properties(
+        {
+            "group.id": "g",
+            "group.coordinator": "kafka",
+            "bootstrap.servers": "127.0.0.1:9092",
+            "enable.auto.commit": "false",
+            "session.timeout.ms": "10000",
+        }
+    )
+    assert config.auto_commit_enable is False and config.session_timeout_ms == 10000
+
+
+def test_heartbeat_interval_must_be_below_session_timeout() -> None:
+    with pytest.raises(InvalidConfigError) as info:
+        kafka_config(session_timeout_ms=3000, heartbeat_interval_ms=3000)
+    assert info.value.key == "heartbeat.interval.ms"
+
+
+def test_interceptor_classes_are_checked_for_syntax() -> None:
+    assert kafka_config(interceptor_classes="pkg.mod:Audit, pkg.Other").interceptor_classes
+    with pytest.raises(InvalidConfigError) as info:
+        kafka_config(interceptor_classes="not a class")
+    assert info.value.key == "interceptor.classes"

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from aiozkconsumer.cluster import KafkaClient
 from aiozkconsumer.config import ConsumerConfig
 from aiozkconsumer.errors import (
+    CommitFencedError,
     ConsumerClosedError,
     KafkaConnectionError,
     NoBrokersError,
@@ -319,6 +320,7 @@ class ScriptedChannel:
         self.asked: list[Any] = []
         self.forgotten = 0
         self.coordinator: int | None = 1
+        self.generations: list[dict[str, Any]] = []
 
     def _next(self, asked: Any) -> Any:
         self.asked.append(asked)
@@ -327,7 +329,8 @@ class ScriptedChannel:
             raise answer
         return answer
 
-    async def commit(self, offsets: dict[TopicPartition, int]) -> Any:
+    async def commit(self, offsets: dict[TopicPartition, int], **generation: Any) -> Any:
+        self.generations.append(generation)
         return self._next(dict(offsets))
 
     async def fetch(self, tps: list[TopicPartition]) -> Any:
@@ -365,6 +368,17 @@ async def test_commit_result_names_what_failed_and_why() -> None:
     assert result.accepted == {T0: 5}
     assert result.failed == {T1: "no answer"}
     assert result.attempts == 2
+
+
+async def test_generation_over_refuses_a_kafka_coordinated_commit_without_retrying() -> None:
+    store, channel = _scripted_store({T0: ILLEGAL_GENERATION, T1: ILLEGAL_GENERATION})
+    store._group_generation = lambda: (7, "member-1")
+    with pytest.raises(CommitFencedError) as info:
+        await store.commit({T0: 5, T1: 6}, retries=3)
+    assert info.value.fenced == {T0, T1}
+    assert len(channel.asked) == 1  # not retried
+    assert channel.generations == [{"generation": 7, "member_id": "member-1"}]
+    assert store.kafka_commits == 0
 
 
 async def test_fatal_channel_error_stops_the_retries() -> None:

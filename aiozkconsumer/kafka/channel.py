@@ -92,11 +92,20 @@ class OffsetsChannel:
         """The broker id of the group's coordinator, ``None`` until known."""
         return self._coordinator
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        *,
+        generation: int = -1,
+        member_id: str = "",
+    ) -> dict[TopicPartition, int]:
         """Send one OffsetCommit of ``offsets``.
 
         Args:
             offsets: ``{partition: next offset to read}``, all sent as given.
+            generation: the group generation (-1: a "simple consumer" commit, as the
+                ZooKeeper-coordinated group makes).
+            member_id: the member id of that generation (``""`` with generation -1).
 
         Returns:
             ``{partition: error code}`` for every partition of ``offsets``; ``NO_ANSWER``
@@ -110,8 +119,8 @@ class OffsetsChannel:
             by_topic.setdefault(tp.topic, []).append((tp.partition, offset, _NO_METADATA))
         request = OffsetCommitRequest(
             self.group,
-            OffsetCommitRequest.DEFAULT_GENERATION_ID,
-            "",
+            generation,
+            member_id,
             OffsetCommitRequest.DEFAULT_RETENTION_TIME,
             sorted(by_topic.items()),
         )

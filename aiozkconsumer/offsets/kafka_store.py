@@ -10,12 +10,17 @@ and the reading of the answers are here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import anyio
 
-from ..errors import ConsumerClosedError, OffsetCommitError, OffsetFetchError
+from ..errors import (
+    CommitFencedError,
+    ConsumerClosedError,
+    OffsetCommitError,
+    OffsetFetchError,
+)
 from ..kafka.channel import ChannelError, KafkaGetter, OffsetsChannel
 from ..kafka.errors import error_name
 from ..records import TopicPartition
@@ -32,6 +37,9 @@ __all__ = ["CommitResult", "KafkaOffsetStore"]
 log = logging.getLogger(__name__)
 
 _DEFAULT_COMMIT_MAX_RETRIES = 5  # offsets.commit.max.retries' default
+# ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS: a Kafka-coordinated member's
+# generation is over (the Java client's CommitFailedException); retrying cannot help.
+_GENERATION_OVER = frozenset({22, 25, 27})
 
 
 @dataclass(frozen=True)
@@ -44,12 +52,16 @@ class CommitResult:
         dropped: partitions rejected with ``OFFSET_METADATA_TOO_LARGE``: not committed, yet
             not a failure of the commit (as the original counted them).
         attempts: OffsetCommit attempts made.
+        fenced: partitions refused because the group generation is over
+            (``ILLEGAL_GENERATION``, ``UNKNOWN_MEMBER_ID``, ``REBALANCE_IN_PROGRESS``): not
+            retried.
     """
 
     accepted: Mapping[TopicPartition, int]
     failed: Mapping[TopicPartition, str]
     dropped: frozenset[TopicPartition]
     attempts: int
+    fenced: frozenset[TopicPartition] = frozenset()
 
 
 class KafkaOffsetStore:
@@ -75,6 +87,9 @@ class KafkaOffsetStore:
         fetch_timeout_ms: time limit of a whole :meth:`fetch`, ms, > 0; default
             ``socket_timeout_ms x (1 + 5)`` (:func:`default_fetch_timeout_ms` with the
             default ``offsets.commit.max.retries``).
+        group_generation: for a Kafka-coordinated group, returns ``(generation, member id)``
+            to send with each OffsetCommit, so the coordinator refuses a commit of a
+            generation that is over; default: generation -1 and member id ``""``.
 
     Raises:
         ValueError: a time is not positive.
@@ -88,7 +103,9 @@ class KafkaOffsetStore:
         backoff_ms: int,
         socket_timeout_ms: int,
         fetch_timeout_ms: int | None = None,
+        group_generation: Callable[[], tuple[int, str]] | None = None,
     ) -> None:
+        self._group_generation = group_generation
         if fetch_timeout_ms is None:
             fetch_timeout_ms = default_fetch_timeout_ms(
                 socket_timeout_ms, _DEFAULT_COMMIT_MAX_RETRIES
@@ -225,12 +242,16 @@ class KafkaOffsetStore:
             The number of partitions the coordinator accepted.
 
         Raises:
+            CommitFencedError: (Kafka-coordinated group) the coordinator refused the commit:
+                the member's generation is over; nothing of it was committed.
             OffsetCommitError: some partitions were still not committed after ``1 + retries``
                 attempts; ``failed`` names them and why.
             ConsumerClosedError: the store is closed.
             ValueError: ``retries`` is negative.
         """
         result = await self.commit_with_result(offsets, retries=retries)
+        if result.fenced:
+            raise CommitFencedError(self.group, result.fenced)
         if result.failed:
             raise OffsetCommitError(
                 self.group, result.failed, committed=len(result.accepted), attempts=result.attempts
@@ -264,18 +285,29 @@ class KafkaOffsetStore:
         accepted: dict[TopicPartition, int] = {}
         dropped: set[TopicPartition] = set()
         failed: dict[TopicPartition, str] = {}
+        fenced: frozenset[TopicPartition] = frozenset()
         attempts = 0
         while pending and attempts < 1 + retries:
             if attempts:
                 await anyio.sleep(self.backoff_ms / 1000)
             attempts += 1
+            generation, member_id = (
+                self._group_generation() if self._group_generation is not None else (-1, "")
+            )
             try:
-                codes = await self._channel.commit(pending)
+                codes = await self._channel.commit(
+                    pending, generation=generation, member_id=member_id
+                )
             except ChannelError as e:
                 failed = dict.fromkeys(pending, e.reason)
                 if e.fatal:
                     break
             else:
+                if self._group_generation is not None:
+                    fenced = frozenset(tp for tp, code in codes.items() if code in _GENERATION_OVER)
+                if fenced:
+                    failed = {}
+                    break
                 verdict = classify_commit_errors(codes)
                 accepted.update((tp, pending[tp]) for tp in verdict.accepted)
                 self._kafka_commits += len(verdict.accepted)
@@ -304,7 +336,7 @@ class KafkaOffsetStore:
                 )
         if accepted:
             log.debug("committed %d offsets of group %s to Kafka", len(accepted), self.group)
-        return CommitResult(accepted, failed, frozenset(dropped), attempts)
+        return CommitResult(accepted, failed, frozenset(dropped), attempts, fenced)
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Nothing to forget: Kafka commits are never filtered by a checkpoint."""

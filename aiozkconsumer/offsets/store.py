@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from ..kafka.channel import KafkaGetter
@@ -66,7 +66,11 @@ class OffsetStore(Protocol):
 
 
 def make_offset_store(
-    config: ConsumerConfig, zk: ZkClient, kafka_getter: KafkaGetter
+    config: ConsumerConfig,
+    zk: ZkClient | None,
+    kafka_getter: KafkaGetter,
+    *,
+    group_generation: Callable[[], tuple[int, str]] | None = None,
 ) -> OffsetStore:
     """The offset store ``offsets.storage`` and ``dual.commit.enabled`` ask for.
 
@@ -91,16 +95,20 @@ def make_offset_store(
         config: the consumer configuration; ``offsets.channel.backoff.ms``,
             ``offsets.channel.socket.timeout.ms`` and ``offsets.commit.max.retries`` (for
             the fetch time limit, :func:`default_fetch_timeout_ms`) configure the Kafka store.
-        zk: the connector's ZooKeeper client.
+        zk: the connector's ZooKeeper client; ``None`` for a Kafka-coordinated group (whose
+            offsets are in Kafka only).
         kafka_getter: async callable returning the connector's started Kafka client.
+        group_generation: a Kafka-coordinated group's ``(generation, member id)``, sent with
+            each OffsetCommit (see :class:`KafkaOffsetStore`).
 
     Returns:
         The store.
     """
-    zk_store = ZookeeperOffsetStore(zk, config.group_id)
     dual = config.effective_dual_commit_enabled
-    if config.offsets_storage == "zookeeper" and not dual:
-        return zk_store
+    if zk is None:
+        dual = False
+    elif config.offsets_storage == "zookeeper" and not dual:
+        return ZookeeperOffsetStore(zk, config.group_id)
     kafka_store = KafkaOffsetStore(
         kafka_getter,
         config.group_id,
@@ -109,7 +117,8 @@ def make_offset_store(
         fetch_timeout_ms=default_fetch_timeout_ms(
             config.offsets_channel_socket_timeout_ms, config.offsets_commit_max_retries
         ),
+        group_generation=group_generation,
     )
-    if not dual:
+    if not dual or zk is None:
         return kafka_store
-    return DualOffsetStore(zk_store, kafka_store)
+    return DualOffsetStore(ZookeeperOffsetStore(zk, config.group_id), kafka_store)

@@ -1,0 +1,182 @@
+"""``KafkaConsumerConnector``: a member of a Kafka-coordinated group, behind the same API.
+
+The group is coordinated by a broker's group coordinator with the Java ``KafkaConsumer``'s
+classic protocol (``kafka_coordinator.KafkaCoordinator``), not by ZooKeeper: no registration
+or owner nodes, no ZooKeeper at all. Streams, batches, commits, the rebalance listener,
+interceptors, statistics and metrics are those of every ``ConsumerConnector``; offsets live in
+Kafka, committed with the member's generation and member id, so a member whose generation is
+over cannot commit (``CommitFencedError``), as the Java client's ``CommitFailedException``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+import anyio
+from anyio.abc import TaskGroup
+
+from .base_connector import ConsumerConnector
+from .cluster import ClusterView
+from .commits import FencedCommitter
+from .config import ConsumerConfig
+from .errors import ConsumerError, GroupCoordinatorError, InvalidConfigError
+from .interceptors import ConsumerInterceptor
+from .kafka.group import GroupClient
+from .kafka_coordinator import METADATA_REFRESH_MS, KafkaCoordinator
+from .offsets import make_offset_store
+
+__all__ = ["KafkaConsumerConnector"]
+
+log = logging.getLogger(__name__)
+
+
+class KafkaConsumerConnector(ConsumerConnector):
+    """A member of a Kafka-coordinated consumer group (``group.coordinator=kafka``).
+
+    Use as an async context manager, entered and left in one task, exactly as a
+    ``ZookeeperConsumerConnector``::
+
+        config = ConsumerConfig(group_id="billing", group_coordinator="kafka",
+                                bootstrap_servers="127.0.0.1:9092")
+        async with KafkaConsumerConnector(config) as connector:
+            streams = await connector.create_message_streams({"payments": 2})
+            async for msg in streams["payments"][0]:
+                ...
+
+    Entering connects to the brokers; ``create_message_streams`` joins the group and takes
+    the assignment (partition ``p`` of a topic with ``n`` streams feeds stream ``p mod n``);
+    leaving commits (auto-commit on) and sends LeaveGroup, so the group rebalances at once.
+
+    Args:
+        config: the consumer configuration, ``group.coordinator=kafka``.
+        fetch: ``False``: a member that takes part in the group but fetches nothing (see
+            ``ZookeeperConsumerConnector``).
+        interceptors: consumer interceptors besides those ``interceptor.classes`` names.
+
+    Raises:
+        InvalidConfigError: ``group.coordinator`` is not ``kafka``, or ``interceptor.classes``
+            names a class that cannot be loaded.
+        KafkaConnectionError: (on entering) no broker of ``bootstrap.servers`` answered.
+    """
+
+    coordinator: KafkaCoordinator
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        *,
+        fetch: bool = True,
+        interceptors: Sequence[ConsumerInterceptor] = (),
+    ) -> None:
+        if not config.kafka_coordinated:
+            raise InvalidConfigError(
+                "group.coordinator",
+                "KafkaConsumerConnector needs group.coordinator=kafka "
+                f"(got {config.group_coordinator!r}); use create_connector(config)",
+            )
+        cluster = ClusterView(
+            None,
+            source="kafka",
+            bootstrap_servers=config.bootstrap_servers,
+            client_id=config.effective_client_id,
+            request_timeout_ms=config.socket_timeout_ms,
+            retry_backoff_ms=config.refresh_leader_backoff_ms,
+        )
+        super().__init__(
+            config,
+            fetch=fetch,
+            cluster=cluster,
+            offset_store=make_offset_store(
+                config, None, cluster.kafka, group_generation=self._generation_and_member
+            ),
+            interceptors=interceptors,
+        )
+        self.group = GroupClient(
+            cluster.kafka,
+            config.group_id,
+            request_timeout_ms=min(config.socket_timeout_ms, config.session_timeout_ms),
+        )
+        self.committer = FencedCommitter(
+            config,
+            self.consumer_id_string,
+            None,
+            self.offset_store,
+            self.ownership,
+            self.metrics,
+            on_fenced=self._drop_fenced,
+            on_commit=self.interceptors.on_commit,
+        )
+        self.coordinator = KafkaCoordinator(
+            config=config,
+            consumer_id=self.consumer_id_string,
+            group=self.group,
+            cluster=self.cluster,
+            offset_store=self.offset_store,
+            fetcher=self.fetcher,
+            ownership=self.ownership,
+            metrics=self.metrics,
+            commit=lambda offsets: self.committer.commit(
+                offsets, config.offsets_commit_max_retries
+            ),
+            topic_count=lambda: self._topic_count,
+            task_group=lambda: self.task_group,
+            is_closing=lambda: self.closing,
+            request_rebalance=self.request_rebalance,
+            fetch_enabled=fetch,
+            on_attempt_failed=lambda: self._set_state(self._state),
+        )
+
+    def _generation_and_member(self) -> tuple[int, str]:
+        coordinator = self.coordinator
+        return coordinator.generation, coordinator.member_id
+
+    # -- the coordinator's parts of the lifecycle ----------------------------------------
+
+    async def _open(self) -> None:
+        await self.cluster.kafka()
+
+    def _start_background(self, tg: TaskGroup) -> None:
+        pass  # the heartbeat starts with the membership (_subscribe)
+
+    async def _subscribe(self, topics: Iterable[str], *, wildcard: bool) -> None:
+        """Join the group, then keep the membership: heartbeats, metadata, the worker."""
+        await self._run_rebalance("initial subscription", raise_on_failure=True)
+        tg = self.task_group
+        tg.start_soon(self.coordinator.heartbeat_loop)
+        tg.start_soon(self.coordinator.metadata_loop)
+        if wildcard:
+            tg.start_soon(self._follow_topic_list)
+        tg.start_soon(self._rebalance_worker)
+        if self.config.auto_commit_enable:
+            tg.start_soon(self.committer.auto_commit, self.config.auto_commit_interval_ms / 1000)
+
+    async def _rebalance(self, reason: str) -> None:
+        await self.coordinator.rebalance(reason)
+
+    async def _follow_topic_list(self) -> None:
+        """A pattern subscription: a new matching topic triggers a rejoin."""
+        while True:
+            await anyio.sleep(METADATA_REFRESH_MS / 1000)
+            try:
+                topics = await self.cluster.all_topics()
+            except ConsumerError as e:
+                log.info("[%s] topic list refresh failed: %s", self.consumer_id_string, e)
+                continue
+            self._apply_topic_list(topics)
+
+    async def _close_coordination(self) -> None:
+        await self.coordinator.leave()
+
+    def _gate_closed_error(self) -> ConsumerError:
+        return GroupCoordinatorError(
+            self.config.group_id,
+            "?",
+            "no heartbeat was answered for a session timeout (or the member was fenced): "
+            "not committing while another member may own the partitions",
+        )
+
+    @property
+    def _group_generation(self) -> tuple[int | None, str | None]:
+        c = self.coordinator
+        return (c.generation if c.generation >= 0 else None, c.member_id or None)
