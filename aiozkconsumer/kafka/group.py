@@ -261,7 +261,7 @@ class GroupClient:
                 session_timeout_ms,
                 rebalance_timeout_ms,
                 member_id,
-                "",
+                None,  # no static membership (a null group.instance.id)
                 PROTOCOL_TYPE,
                 list(protocols),
             )
@@ -316,7 +316,7 @@ class GroupClient:
             GroupRequestError: an error code (``REBALANCE_IN_PROGRESS``, ``ILLEGAL_GENERATION``
                 ... : rejoin) or no answer.
         """
-        request = SyncGroupRequest(self.group, generation, member_id, "", list(assignments))
+        request = SyncGroupRequest(self.group, generation, member_id, None, list(assignments))
         resp = await self._to_coordinator(request, "SyncGroup", self.request_timeout_ms / 1000)
         code = int(resp.error_code)
         if code != NONE:
