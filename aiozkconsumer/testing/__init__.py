@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         LocalClusterError,
         ProduceError,
     )
+    from aiozkconsumer.testing.java_member import JavaConsumerMember
     from aiozkconsumer.testing.links import ProxyLink
     from aiozkconsumer.testing.provision import ProvisioningError, provision_kafka
     from aiozkconsumer.testing.proxy import FaultMode, ProxyError, ProxyStatistics, TcpProxy
@@ -60,6 +61,7 @@ __all__ = [
     "FaultMode",
     "FaultOutcome",
     "FaultScheduler",
+    "JavaConsumerMember",
     "LocalCluster",
     "LocalClusterError",
     "ProduceError",
@@ -82,6 +84,7 @@ _WHERE = {
     "FaultMode": "proxy",
     "FaultOutcome": "chaos",
     "FaultScheduler": "chaos",
+    "JavaConsumerMember": "java_member",
     "LocalCluster": "cluster",
     "LocalClusterError": "cluster",
     "ProduceError": "cluster",

@@ -1,0 +1,1082 @@
+"""A real Java ``KafkaConsumer`` as a member of a Kafka-coordinated consumer group, for tests.
+
+Interop tests need the reference implementation in the group: :class:`JavaConsumerMember`
+runs one ``org.apache.kafka.clients.consumer.KafkaConsumer`` (from the jars the kit already
+provisions, :func:`~aiozkconsumer.testing.provision_kafka`) in a ``java`` child process,
+subscribed to topics with a group id, and reports every record it consumes, every
+assignment it is given and every offset it commits::
+
+    async with JavaConsumerMember(cluster, group, ["payments"]) as member:
+        await member.wait_for(lambda records: len(records) >= 100, timeout_s=60)
+        assert member.assigned_partitions() == {TopicPartition("payments", 0), ...}
+
+Why a class of our own rather than Kafka's console consumer: neither provisioned runtime
+holds it (``kafka.tools.ConsoleConsumer`` / ``org.apache.kafka.tools.consumer.
+ConsoleConsumer`` live in the ``kafka-tools`` artifact, which the pinned poms do not pull
+in), and the console consumer reports neither its assignment nor its commits, and could not
+be relied on to leave the group cleanly on SIGTERM. The class, :data:`JAVA_SOURCE`, is
+compiled once per ``kafka-clients`` version with ``javac`` into
+``<cache>/java-member/<kafka-clients jar>-<source digest>/`` (:func:`build_java_member`).
+
+The process writes one tab-separated line per event to stdout, which the member parses as
+it arrives (the Java client's own log, ``org.apache.kafka.clients.consumer`` at INFO, goes
+to stderr and from there to :attr:`JavaConsumerMember.log_file`):
+
+- ``STARTED <client id>``: subscribed (the constructor accepted the configuration).
+- ``RECORD <topic> <partition> <offset> <timestamp ms> <key> <value>``: key and value in
+  base64, ``-`` for null; written as ``poll()`` returns the record.
+- ``REVOKED|ASSIGNED|LOST <topic:partition,...>``: the ``ConsumerRebalanceListener`` calls.
+- ``ASSIGNMENT <generation> <member id> <topic:partition,...>``: the partitions owned after
+  each listener call (the eager classic protocol revokes everything and assigns the new
+  set; the cooperative and ``consumer`` protocols add and remove only the difference).
+- ``COMMITTED <topic:partition=offset,...>``: after a successful ``commitSync`` (commit mode
+  ``"sync"`` only; offsets are the next offsets to read).
+- ``ERROR <exception; caused by ...>``: the consumer failed; it is closed and the process
+  exits with 1.
+- ``CLOSED``: ``KafkaConsumer.close`` returned: the member left the group.
+
+SIGTERM wakes the consumer's ``poll`` (a JVM shutdown hook calls ``wakeup()``), commits what
+was consumed (mode ``"sync"``), closes the consumer, which sends ``LeaveGroup`` (so the
+group rebalances at once rather than after the session timeout) and writes ``CLOSED``.
+The process is always reaped: :meth:`JavaConsumerMember.stop` SIGKILLs it after a time
+limit, and like the cluster's servers it gets SIGKILL when the test process dies
+(``PR_SET_PDEATHSIG`` and the kit's ``atexit`` hook, :mod:`aiozkconsumer.testing._processes`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import enum
+import hashlib
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from aiozkconsumer.records import TopicPartition
+from aiozkconsumer.testing._errors import LocalClusterError
+from aiozkconsumer.testing._processes import _live_lock, _live_processes, make_preexec, tail
+from aiozkconsumer.testing.provision import (
+    FLAVOURS,
+    default_cache_dir,
+    provision_kafka,
+    require_tools,
+)
+
+if TYPE_CHECKING:
+    from aiozkconsumer.testing.cluster import LocalCluster
+
+__all__ = [
+    "ASSIGNORS",
+    "JAVA_CLASS",
+    "JAVA_SOURCE",
+    "JavaAssignment",
+    "JavaConsumerMember",
+    "JavaMemberError",
+    "JavaMemberState",
+    "JavaRecord",
+    "build_java_member",
+]
+
+log = logging.getLogger(__name__)
+
+JAVA_CLASS = "AiozkJavaMember"
+"""The main class of the member process (in the default package)."""
+
+ASSIGNORS: Mapping[str, str] = {
+    "range": "org.apache.kafka.clients.consumer.RangeAssignor",
+    "roundrobin": "org.apache.kafka.clients.consumer.RoundRobinAssignor",
+    "sticky": "org.apache.kafka.clients.consumer.StickyAssignor",
+    "cooperative-sticky": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+}
+"""Client-side assignors of the classic protocol: our name -> the Java class
+(``partition.assignment.strategy``). Their protocol names in JoinGroup are ``range``,
+``roundrobin``, ``sticky`` and ``cooperative-sticky``."""
+
+REMOTE_ASSIGNORS: tuple[str, ...] = ("range", "uniform")
+"""Server-side assignors of the ``consumer`` protocol (KIP-848, ``group.remote.assignor``)."""
+
+GROUP_PROTOCOLS: tuple[str, ...] = ("classic", "consumer")
+COMMIT_MODES: tuple[str, ...] = ("auto", "sync", "none")
+
+_JVM_OPTIONS = [
+    "-Xms64m",
+    "-Xmx256m",
+    "-XX:+UseSerialGC",
+    # C1 only: a test member lives seconds to minutes; it starts faster and uses one core less.
+    "-XX:TieredStopAtLevel=1",
+    "-XX:-UsePerfData",
+    "-Djava.awt.headless=true",
+]
+_STOP_GRACE_S = 20.0
+_EXIT_AFTER_EOF_S = 2.0
+_KILL_WAIT_S = 10.0
+_LINE_LIMIT = 64 * 1024 * 1024
+_TAIL_LINES = 60
+
+JAVA_SOURCE = r"""
+import java.io.FileDescriptor;
+import java.io.FileInputStream;
+import java.io.FileOutputStream;
+import java.io.InputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Base64;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.regex.Pattern;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.WakeupException;
+
+/** A consumer group member that reports what it does: one tab-separated line per event. */
+public final class AiozkJavaMember {
+    private static final PrintStream OUT = new PrintStream(
+            new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
+    private static final Base64.Encoder B64 = Base64.getEncoder();
+
+    private static synchronized void emit(String line) {
+        OUT.print(line);
+        OUT.print('\n');
+        OUT.flush();
+    }
+
+    private static String bytes(byte[] data) {
+        return data == null ? "-" : B64.encodeToString(data);
+    }
+
+    private static String tps(Collection<TopicPartition> partitions) {
+        List<String> names = new ArrayList<>();
+        for (TopicPartition tp : partitions) {
+            names.add(tp.topic() + ":" + tp.partition());
+        }
+        return String.join(",", names);
+    }
+
+    private static String oneLine(Throwable error) {
+        StringBuilder text = new StringBuilder();
+        for (Throwable e = error; e != null; e = e.getCause() == e ? null : e.getCause()) {
+            if (text.length() > 0) {
+                text.append("; caused by ");
+            }
+            text.append(e.getClass().getName()).append(": ").append(e.getMessage());
+        }
+        return text.toString().replace('\n', ' ').replace('\t', ' ');
+    }
+
+    private static void commit(KafkaConsumer<byte[], byte[]> consumer,
+            Map<TopicPartition, OffsetAndMetadata> offsets) {
+        if (offsets.isEmpty()) {
+            return;
+        }
+        consumer.commitSync(offsets);
+        List<String> entries = new ArrayList<>();
+        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
+            entries.add(e.getKey().topic() + ":" + e.getKey().partition() + "="
+                    + e.getValue().offset());
+        }
+        emit("COMMITTED\t" + String.join(",", entries));
+    }
+
+    // args: <properties file> <"topics" | "pattern"> <topics, comma-separated | regex>
+    //       <commit mode: auto | sync | none> <close timeout, ms>
+    public static void main(String[] args) throws Exception {
+        Properties props = new Properties();
+        try (InputStream in = new FileInputStream(args[0])) {
+            props.load(in);
+        }
+        boolean pattern = args[1].equals("pattern");
+        String subscription = args[2];
+        boolean syncCommits = args[3].equals("sync");
+        Duration closeTimeout = Duration.ofMillis(Long.parseLong(args[4]));
+
+        KafkaConsumer<byte[], byte[]> consumer;
+        try {
+            consumer = new KafkaConsumer<>(props);
+        } catch (Throwable e) {
+            emit("ERROR\t" + oneLine(e));
+            e.printStackTrace();
+            System.exit(1);
+            return;
+        }
+        CountDownLatch closed = new CountDownLatch(1);
+        AtomicBoolean stopping = new AtomicBoolean(false);
+        Set<TopicPartition> owned = new LinkedHashSet<>();
+        // Offsets consumed (next offset to read) and not yet committed: mode "sync" only.
+        Map<TopicPartition, OffsetAndMetadata> consumed = new HashMap<>();
+
+        // SIGTERM runs the shutdown hooks: wake the poll so that the main thread commits and
+        // closes the consumer (LeaveGroup), and keep the JVM alive until it did.
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            stopping.set(true);
+            consumer.wakeup();
+            try {
+                closed.await(closeTimeout.toMillis() + 5000, TimeUnit.MILLISECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }, "aiozk-java-member-shutdown"));
+
+        ConsumerRebalanceListener listener = new ConsumerRebalanceListener() {
+            private void report() {
+                String generation = "-1";
+                String memberId = "";
+                try {
+                    ConsumerGroupMetadata meta = consumer.groupMetadata();
+                    generation = Integer.toString(meta.generationId());
+                    memberId = meta.memberId();
+                } catch (RuntimeException e) {
+                    // not known here: reported as generation -1
+                }
+                emit("ASSIGNMENT\t" + generation + "\t" + memberId + "\t" + tps(owned));
+            }
+
+            @Override
+            public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                if (syncCommits) {
+                    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                    for (TopicPartition tp : partitions) {
+                        OffsetAndMetadata offset = consumed.get(tp);
+                        if (offset != null) {
+                            offsets.put(tp, offset);
+                        }
+                    }
+                    commit(consumer, offsets);
+                    consumed.keySet().removeAll(offsets.keySet());
+                }
+                owned.removeAll(partitions);
+                emit("REVOKED\t" + tps(partitions));
+                report();
+            }
+
+            @Override
+            public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+                owned.addAll(partitions);
+                emit("ASSIGNED\t" + tps(partitions));
+                report();
+            }
+
+            @Override
+            public void onPartitionsLost(Collection<TopicPartition> partitions) {
+                owned.removeAll(partitions);
+                consumed.keySet().removeAll(partitions);
+                emit("LOST\t" + tps(partitions));
+                report();
+            }
+        };
+
+        int status = 0;
+        try {
+            if (pattern) {
+                consumer.subscribe(Pattern.compile(subscription), listener);
+            } else {
+                consumer.subscribe(Arrays.asList(subscription.split(",")), listener);
+            }
+            emit("STARTED\t" + props.getProperty("client.id", ""));
+            while (!stopping.get()) {
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofSeconds(1));
+                for (ConsumerRecord<byte[], byte[]> r : records) {
+                    emit("RECORD\t" + r.topic() + "\t" + r.partition() + "\t" + r.offset()
+                            + "\t" + r.timestamp() + "\t" + bytes(r.key()) + "\t"
+                            + bytes(r.value()));
+                    if (syncCommits) {
+                        consumed.put(new TopicPartition(r.topic(), r.partition()),
+                                new OffsetAndMetadata(r.offset() + 1));
+                    }
+                }
+                if (!consumed.isEmpty()) {
+                    commit(consumer, new HashMap<>(consumed));
+                    consumed.clear();
+                }
+            }
+        } catch (WakeupException e) {
+            // SIGTERM: commit and close below
+        } catch (Throwable e) {
+            emit("ERROR\t" + oneLine(e));
+            e.printStackTrace();
+            status = 1;
+        }
+        try {
+            if (status == 0 && !consumed.isEmpty()) {
+                commit(consumer, new HashMap<>(consumed));
+            }
+        } catch (Throwable e) {
+            emit("ERROR\t" + oneLine(e));
+            e.printStackTrace();
+            status = 1;
+        }
+        try {
+            consumer.close(closeTimeout);
+            emit("CLOSED");
+        } catch (Throwable e) {
+            emit("ERROR\t" + oneLine(e));
+            e.printStackTrace();
+            status = 1;
+        } finally {
+            closed.countDown();
+        }
+        if (status != 0) {
+            System.exit(status);
+        }
+    }
+}
+"""
+"""The member process's Java source (compiled by :func:`build_java_member`)."""
+
+_LOG4J_PROPERTIES = """\
+log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.org.apache.kafka.clients.consumer=INFO
+"""
+
+# No log4j2 shutdown hook: it would stop logging while the member's own hook still closes
+# the consumer (and the consumer's threads would fall back to log4j2's SimpleLogger).
+_LOG4J2_PROPERTIES = """\
+status=warn
+shutdownHook=disable
+appender.err.type=Console
+appender.err.name=STDERR
+appender.err.target=SYSTEM_ERR
+appender.err.layout.type=PatternLayout
+appender.err.layout.pattern=[%d] %p %m (%c)%n
+rootLogger.level=WARN
+rootLogger.appenderRef.err.ref=STDERR
+logger.consumer.name=org.apache.kafka.clients.consumer
+logger.consumer.level=INFO
+"""
+
+
+class JavaMemberError(LocalClusterError):
+    """The Java member could not be built or started, or its process exited unexpectedly.
+
+    The message ends with the tail of the member's log when there is one.
+    """
+
+
+class JavaMemberState(enum.Enum):
+    """Lifecycle of a :class:`JavaConsumerMember`.
+
+    - ``NEW``: built; only :meth:`~JavaConsumerMember.start` is allowed.
+    - ``RUNNING``: the process runs and has subscribed; records and assignments arrive.
+    - ``EXITED``: the process ended on its own (an error, or killed from outside); what it
+      reported is kept. :meth:`~JavaConsumerMember.stop` still reaps and cleans up.
+    - ``STOPPED``: :meth:`~JavaConsumerMember.stop` is done; no process is left.
+    """
+
+    NEW = "new"
+    RUNNING = "running"
+    EXITED = "exited"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class JavaRecord:
+    """One record as the Java consumer's ``poll()`` returned it.
+
+    Attributes:
+        topic: the topic.
+        partition: the partition number.
+        offset: the record's offset.
+        timestamp_ms: the record's timestamp, ms since the epoch.
+        key: the key bytes, or None.
+        value: the value bytes, or None (a tombstone).
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+
+    @property
+    def tp(self) -> TopicPartition:
+        """The record's ``TopicPartition``."""
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class JavaAssignment:
+    """The partitions a Java member owned after one ``ConsumerRebalanceListener`` call.
+
+    Attributes:
+        generation: the group generation (``ConsumerGroupMetadata.generationId``; the member
+            epoch with the ``consumer`` protocol), -1 when unknown.
+        member_id: the member id the coordinator gave it ("" when unknown).
+        partitions: every partition owned after the call.
+        change: the listener call: ``"assigned"``, ``"revoked"`` or ``"lost"``.
+        changed: the partitions the call was about.
+    """
+
+    generation: int
+    member_id: str
+    partitions: frozenset[TopicPartition]
+    change: str
+    changed: frozenset[TopicPartition]
+
+
+def _tps(text: str) -> frozenset[TopicPartition]:
+    """Parse ``topic:partition,...`` (topic names cannot hold ``:`` or ``,``)."""
+    out: set[TopicPartition] = set()
+    for item in text.split(","):
+        if item:
+            topic, _, partition = item.rpartition(":")
+            out.add(TopicPartition(topic, int(partition)))
+    return frozenset(out)
+
+
+def _bytes(text: str) -> bytes | None:
+    return None if text == "-" else base64.b64decode(text)
+
+
+def build_java_member(libs: Path, cache_dir: Path | None = None) -> Path:
+    """Compile the member class against the ``kafka-clients`` jar in ``libs`` (cached).
+
+    The classes go to ``<cache>/java-member/<kafka-clients jar name>-<digest>/``, where the
+    digest is that of :data:`JAVA_SOURCE`; an existing directory is reused as is (it is
+    renamed into place only once complete, so concurrent builds are safe). Blocking (javac
+    takes ~2 s); from async code run it in a worker thread.
+
+    Args:
+        libs: a provisioned ``libs`` directory (``provision_kafka(...) / "libs"``).
+        cache_dir: the kit's cache; default ``$AIOZKCONSUMER_CACHE`` or
+            ``~/.cache/aiozkconsumer``.
+
+    Returns:
+        The class directory, to put on the class path before ``<libs>/*``.
+
+    Raises:
+        ProvisioningError: if ``javac`` is not on ``PATH``.
+        JavaMemberError: if ``libs`` holds no single ``kafka-clients-*.jar`` or javac fails
+            (the message carries javac's output).
+    """
+    jars = sorted(libs.glob("kafka-clients-*.jar"))
+    if len(jars) != 1:
+        raise JavaMemberError(f"expected one kafka-clients jar in {libs}, found {len(jars)}")
+    digest = hashlib.sha256(JAVA_SOURCE.encode()).hexdigest()[:12]
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    target = cache / "java-member" / f"{jars[0].stem}-{digest}"
+    if (target / f"{JAVA_CLASS}.class").is_file():
+        return target
+    javac = require_tools(("javac",))["javac"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+    try:
+        source = staging / f"{JAVA_CLASS}.java"
+        source.write_text(JAVA_SOURCE)
+        done = subprocess.run(
+            [javac, "-nowarn", "--release", "17", "-cp", str(jars[0]), "-d", str(staging), source],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise JavaMemberError(
+                f"javac failed ({done.returncode}) for {JAVA_CLASS} against {jars[0].name}:\n"
+                f"{done.stdout}{done.stderr}"
+            )
+        try:
+            staging.rename(target)
+        except OSError:  # another process built it meanwhile
+            if not (target / f"{JAVA_CLASS}.class").is_file():
+                raise
+        log.debug("built %s against %s in %s", JAVA_CLASS, jars[0].name, target)
+        return target
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class JavaConsumerMember:
+    """A real Java ``KafkaConsumer`` in a consumer group, in a child process (see the module
+    docstring).
+
+    Usage::
+
+        async with JavaConsumerMember(cluster, group, [topic], assignor="range") as member:
+            await member.wait_for_assignment(lambda tps: len(tps) == 4, timeout_s=60)
+            await member.wait_for(lambda records: len(records) >= 1000, timeout_s=60)
+
+    Records start from the earliest offset when the group has no committed offset
+    (``auto.offset.reset=earliest``). Every wait is bounded and event-driven (woken by the
+    process's output, no polling), and raises at once if the process exits.
+
+    Args:
+        cluster_or_bootstrap: a running :class:`~aiozkconsumer.testing.LocalCluster` (its
+            :attr:`~aiozkconsumer.testing.LocalCluster.bootstrap_servers` are used), or a
+            ``bootstrap.servers`` string.
+        group: ``group.id``.
+        topics: a topic name, a sequence of them, or a compiled regular expression
+            (a pattern subscription; the pattern text is handed to Java's ``Pattern``).
+        flavour: whose jars run the consumer: ``"zookeeper"`` (kafka-clients 3.9.1) or
+            ``"kraft"`` (kafka-clients 4.3.1). Default: the cluster's flavour, or
+            ``"zookeeper"`` with a bootstrap string.
+        libs: a ``libs`` directory to run from instead (overrides ``flavour``).
+        cache_dir: the kit's jar cache (:func:`~aiozkconsumer.testing.provision_kafka`), also
+            where the compiled class is kept.
+        assignor: classic protocol: ``"range"`` (default), ``"roundrobin"``, ``"sticky"`` or
+            ``"cooperative-sticky"`` (``partition.assignment.strategy``, see
+            :data:`ASSIGNORS`); ``consumer`` protocol: ``"range"`` or ``"uniform"``
+            (``group.remote.assignor``).
+        group_protocol: ``"classic"`` (default; JoinGroup/SyncGroup, protocol type
+            ``consumer``) or ``"consumer"`` (KIP-848 ``ConsumerGroupHeartbeat``; Kafka 4.x
+            brokers, ``flavour="kraft"``).
+        commit: ``"auto"`` (default: ``enable.auto.commit=true``, Kafka's own interval
+            commits and a commit on revocation and close), ``"sync"`` (``commitSync`` of the
+            consumed offsets after every poll that returned records, on revocation and at
+            close, each reported in :attr:`committed`) or ``"none"``.
+        auto_commit_interval_ms: ``auto.commit.interval.ms`` for ``commit="auto"`` (default
+            1000).
+        session_timeout_ms: classic protocol: ``session.timeout.ms`` (default 10000; the
+            broker allows 6000 to 1800000); ``heartbeat.interval.ms`` is a third of it, at
+            most 1000. Not sent with the ``consumer`` protocol (a broker setting there).
+        client_id: ``client.id``; default ``java-member-<group>-<n>``.
+        extra_properties: further consumer properties; they override everything above.
+        work_dir: where the properties file, log configuration and log go; default a fresh
+            temporary directory. A directory given here is never deleted.
+        keep_work_dir: keep the work directory after :meth:`stop` (it is kept anyway when
+            the ``async with`` body or a wait failed).
+        close_timeout_s: how long ``KafkaConsumer.close`` may take at stop (default 10 s).
+        start_timeout_s: how long :meth:`start` waits for the process to subscribe
+            (default 60 s; the JVM starts in about a second).
+
+    Raises:
+        ValueError: if no topic is given, or ``flavour``, ``group_protocol``, ``assignor``
+            or ``commit`` is not one of the values above.
+    """
+
+    _instances = 0
+
+    def __init__(
+        self,
+        cluster_or_bootstrap: LocalCluster | str,
+        group: str,
+        topics: str | Sequence[str] | re.Pattern[str],
+        *,
+        flavour: str | None = None,
+        libs: Path | None = None,
+        cache_dir: Path | None = None,
+        assignor: str = "range",
+        group_protocol: str = "classic",
+        commit: str = "auto",
+        auto_commit_interval_ms: int = 1000,
+        session_timeout_ms: int = 10_000,
+        client_id: str | None = None,
+        extra_properties: Mapping[str, str] | None = None,
+        work_dir: Path | None = None,
+        keep_work_dir: bool = False,
+        close_timeout_s: float = 10.0,
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        if isinstance(cluster_or_bootstrap, str):
+            self._bootstrap = cluster_or_bootstrap
+            default_flavour = "zookeeper"
+        else:
+            self._bootstrap = cluster_or_bootstrap.bootstrap_servers
+            default_flavour = cluster_or_bootstrap.flavour
+        self._flavour = flavour or default_flavour
+        if self._flavour not in FLAVOURS:
+            raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
+        if isinstance(topics, re.Pattern):
+            self._subscription = ("pattern", topics.pattern)
+        else:
+            names = [topics] if isinstance(topics, str) else list(topics)
+            if not names or not all(names):
+                raise ValueError("give at least one topic (and no empty name)")
+            self._subscription = ("topics", ",".join(names))
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError(
+                f"group_protocol must be one of {', '.join(GROUP_PROTOCOLS)}, "
+                f"got {group_protocol!r}"
+            )
+        allowed = tuple(ASSIGNORS) if group_protocol == "classic" else REMOTE_ASSIGNORS
+        if assignor not in allowed:
+            raise ValueError(
+                f"assignor must be one of {', '.join(allowed)} with the {group_protocol} "
+                f"protocol, got {assignor!r}"
+            )
+        if commit not in COMMIT_MODES:
+            raise ValueError(f"commit must be one of {', '.join(COMMIT_MODES)}, got {commit!r}")
+        JavaConsumerMember._instances += 1
+        self.group = group
+        self.client_id = client_id or f"java-member-{group}-{JavaConsumerMember._instances}"
+        self._libs = libs
+        self._cache_dir = cache_dir
+        self._assignor = assignor
+        self._group_protocol = group_protocol
+        self._commit = commit
+        self._auto_commit_interval_ms = auto_commit_interval_ms
+        self._session_timeout_ms = session_timeout_ms
+        self._extra = dict(extra_properties or {})
+        self._given_work_dir = Path(work_dir) if work_dir is not None else None
+        self._work_dir: Path | None = None
+        self._keep_work_dir = keep_work_dir
+        self._close_timeout_s = close_timeout_s
+        self._start_timeout_s = start_timeout_s
+        self._failed = False
+
+        self._state = JavaMemberState.NEW
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._transport: asyncio.ReadTransport | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._eof = False
+        self._started = False
+        # The last listener call (ASSIGNED/REVOKED/LOST), completed by the ASSIGNMENT after it.
+        self._last_change: tuple[str, frozenset[TopicPartition]] = ("assigned", frozenset())
+
+        self.records: list[JavaRecord] = []
+        """Every record consumed, in arrival order."""
+        self.assignments: list[JavaAssignment] = []
+        """Every assignment change reported, in order."""
+        self.committed: dict[TopicPartition, int] = {}
+        """``commit="sync"``: the last committed offset (next to read) per partition."""
+        self.errors: list[str] = []
+        """``ERROR`` lines: exceptions the consumer died of."""
+        self.closed_cleanly = False
+        """True once ``KafkaConsumer.close`` returned (the member left the group)."""
+
+    # ---- description -----------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        parts = [self._state.name, f"group={self.group}", self._flavour, self._group_protocol]
+        if self._proc is not None:
+            parts.append(f"pid {self._proc.pid}")
+            if self._proc.returncode is not None:
+                parts.append(f"exited {self._proc.returncode}")
+        parts.append(f"{len(self.records)} records")
+        parts.append(f"assigned {sorted(str(tp) for tp in self.assigned_partitions())}")
+        if self.errors:
+            parts.append(f"error {self.errors[-1]!r}")
+        return f"<JavaConsumerMember [{', '.join(parts)}]>"
+
+    @property
+    def state(self) -> JavaMemberState:
+        """The lifecycle state (see :class:`JavaMemberState`)."""
+        return self._state
+
+    @property
+    def pid(self) -> int | None:
+        """The process id, once started."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the process ended (143 after SIGTERM, -9 after SIGKILL)."""
+        return self._proc.returncode if self._proc is not None else None
+
+    @property
+    def work_dir(self) -> Path:
+        """The work directory (properties, log configuration, log).
+
+        Raises:
+            JavaMemberError: if the member was never started.
+        """
+        if self._work_dir is None:
+            raise JavaMemberError("the Java member was not started")
+        return self._work_dir
+
+    @property
+    def log_file(self) -> Path:
+        """The process's stderr: the Java client's log (consumer at INFO) and stack traces.
+
+        Raises:
+            JavaMemberError: if the member was never started.
+        """
+        return self.work_dir / "member.log"
+
+    def log_tail(self, lines: int = _TAIL_LINES) -> str:
+        """The last ``lines`` lines of :attr:`log_file` ("" before start)."""
+        return tail(self.log_file, lines) if self._work_dir is not None else ""
+
+    def assigned_partitions(self) -> frozenset[TopicPartition]:
+        """The partitions owned now, as the last rebalance listener call left them."""
+        return self.assignments[-1].partitions if self.assignments else frozenset()
+
+    @property
+    def generation(self) -> int:
+        """The generation of the last assignment change (-1 before any)."""
+        return self.assignments[-1].generation if self.assignments else -1
+
+    @property
+    def member_id(self) -> str:
+        """The member id the coordinator gave (as of the last assignment change; "" before)."""
+        return self.assignments[-1].member_id if self.assignments else ""
+
+    def mark_failed(self) -> None:
+        """Keep the work directory (the log) after :meth:`stop`."""
+        self._failed = True
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> JavaConsumerMember:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            self._failed = True
+        await self.stop()
+
+    async def start(self) -> None:
+        """Provision and build if needed, start the process and wait until it subscribed.
+
+        Raises:
+            JavaMemberError: if it was already started, the class cannot be built, or the
+                process exits (e.g. the consumer rejected its configuration) or does not
+                subscribe within ``start_timeout_s``; everything started is cleaned up.
+            ProvisioningError: if ``java``/``javac`` is missing or the jars cannot be fetched.
+        """
+        if self._state is not JavaMemberState.NEW:
+            raise JavaMemberError(f"the Java member was already started: {self!r}")
+        java = require_tools(("java",))["java"]
+        libs = self._libs
+        if libs is None:
+            home = await asyncio.to_thread(
+                provision_kafka, self._cache_dir, flavour=self._flavour, quiet=True
+            )
+            libs = home / "libs"
+        classes = await asyncio.to_thread(build_java_member, libs, self._cache_dir)
+        work = self._make_work_dir()
+        props_file = work / "consumer.properties"
+        props_file.write_text(
+            "".join(f"{k}={_escape(v)}\n" for k, v in self.consumer_properties().items())
+        )
+        (work / "log4j.properties").write_text(_LOG4J_PROPERTIES)
+        (work / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
+        mode, subscription = self._subscription
+        cmd = [
+            java,
+            *_JVM_OPTIONS,
+            f"-Dlog4j.configuration=file:{work / 'log4j.properties'}",
+            f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}",
+            "-cp",
+            f"{classes}{os.pathsep}{libs}/*",
+            JAVA_CLASS,
+            str(props_file),
+            mode,
+            subscription,
+            self._commit,
+            str(int(self._close_timeout_s * 1000)),
+        ]
+        self._spawn(cmd, work)
+        try:
+            await self._wait(lambda: self._started, self._start_timeout_s, "subscribed")
+        except BaseException:
+            self._failed = True
+            await self.stop()
+            raise
+
+    async def stop(self, grace_s: float = _STOP_GRACE_S) -> int | None:
+        """Stop the member: SIGTERM, so it commits (mode ``"sync"``), closes the consumer and
+        leaves the group; SIGKILL if it has not exited within ``grace_s``. Idempotent.
+
+        The process is reaped and the work directory removed (unless kept) whatever happens,
+        also if this call is cancelled (then by SIGKILL).
+
+        Args:
+            grace_s: seconds the process may take to exit after SIGTERM (default 20).
+
+        Returns:
+            The process's exit status (None if it was never started). :attr:`closed_cleanly`
+            says whether the consumer was closed.
+        """
+        proc = self._proc
+        if proc is None or self._state is JavaMemberState.STOPPED:
+            self._state = JavaMemberState.STOPPED
+            return proc.returncode if proc is not None else None
+        try:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+            # Its stdout reaches EOF when the process exits, once the reader has taken the
+            # last lines (CLOSED).
+            if self._reader_task is not None:
+                await asyncio.wait({self._reader_task}, timeout=grace_s)
+            if not self._eof:
+                log.warning("%r did not stop within %.0f s; killing it", self, grace_s)
+        finally:
+            self._cleanup()
+        return proc.returncode
+
+    # ---- waiting ---------------------------------------------------------------------
+
+    async def wait_for(
+        self, predicate: Callable[[Sequence[JavaRecord]], bool], timeout_s: float = 60.0
+    ) -> None:
+        """Wait until ``predicate(self.records)`` holds (checked at once and after each event).
+
+        Args:
+            predicate: called with :attr:`records` (do not keep or change the list).
+            timeout_s: the time limit, seconds.
+
+        Raises:
+            TimeoutError: if it does not hold within ``timeout_s``; the message shows the
+                member and the tail of its log.
+            JavaMemberError: if the process exited, or the member is not running, before it
+                held.
+        """
+        await self._wait(lambda: predicate(self.records), timeout_s, "the records predicate")
+
+    async def wait_for_assignment(
+        self,
+        predicate: Callable[[frozenset[TopicPartition]], bool],
+        timeout_s: float = 60.0,
+    ) -> frozenset[TopicPartition]:
+        """Wait until ``predicate(self.assigned_partitions())`` holds.
+
+        Args:
+            predicate: called with the partitions owned now.
+            timeout_s: the time limit, seconds.
+
+        Returns:
+            The partitions owned when it held.
+
+        Raises:
+            TimeoutError: if it does not hold within ``timeout_s``.
+            JavaMemberError: if the process exited, or the member is not running, before it
+                held.
+        """
+        await self._wait(
+            lambda: predicate(self.assigned_partitions()), timeout_s, "the assignment predicate"
+        )
+        return self.assigned_partitions()
+
+    async def wait_until(self, condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+        """Wait until ``condition()`` holds, re-checked after each event of this member.
+
+        Raises:
+            TimeoutError: if it does not hold within ``timeout_s``.
+            JavaMemberError: if the process exited, or the member is not running, before it
+                held.
+        """
+        await self._wait(condition, timeout_s, "the condition")
+
+    async def _wait(self, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+        if self._state is JavaMemberState.NEW:
+            raise JavaMemberError(f"the Java member is not started: {self!r}")
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not condition():
+                    if self._eof or self._state is not JavaMemberState.RUNNING:
+                        self._failed = True
+                        raise JavaMemberError(
+                            f"{what} did not hold and the Java member is not running: "
+                            f"{self!r}\n--- last lines of {self.log_file} ---\n"
+                            f"{self.log_tail()}"
+                        )
+                    await self._changed.wait()
+        except TimeoutError:
+            self._failed = True
+            raise TimeoutError(
+                f"{what} did not hold within {timeout_s:.0f} s: {self!r}\n"
+                f"--- last lines of {self.log_file} ---\n{self.log_tail()}"
+            ) from None
+
+    # ---- internals -------------------------------------------------------------------
+
+    def consumer_properties(self) -> dict[str, str]:
+        """The consumer configuration the process gets (``extra_properties`` applied last)."""
+        props = {
+            "bootstrap.servers": self._bootstrap,
+            "group.id": self.group,
+            "client.id": self.client_id,
+            "key.deserializer": "org.apache.kafka.common.serialization.ByteArrayDeserializer",
+            "value.deserializer": "org.apache.kafka.common.serialization.ByteArrayDeserializer",
+            "auto.offset.reset": "earliest",
+            "allow.auto.create.topics": "false",
+            "enable.auto.commit": "true" if self._commit == "auto" else "false",
+            "auto.commit.interval.ms": str(self._auto_commit_interval_ms),
+            "group.protocol": self._group_protocol,
+        }
+        if self._group_protocol == "classic":
+            props["partition.assignment.strategy"] = ASSIGNORS[self._assignor]
+            props["session.timeout.ms"] = str(self._session_timeout_ms)
+            props["heartbeat.interval.ms"] = str(min(1000, self._session_timeout_ms // 3))
+        else:
+            props["group.remote.assignor"] = self._assignor
+        if self._subscription[0] == "pattern":
+            # A pattern subscription sees new topics only with fresh metadata.
+            props["metadata.max.age.ms"] = "2000"
+        props.update(self._extra)
+        return props
+
+    def _make_work_dir(self) -> Path:
+        if self._given_work_dir is not None:
+            work = self._given_work_dir
+            work.mkdir(parents=True, exist_ok=True)
+        else:
+            work = Path(tempfile.mkdtemp(prefix="aiozkconsumer-java-member-"))
+        self._work_dir = work.resolve()
+        return self._work_dir
+
+    def _spawn(self, cmd: list[str], work: Path) -> None:
+        """Start the process and the task reading its stdout."""
+        loop = asyncio.get_running_loop()
+        with (work / "member.log").open("ab") as err:
+            err.write(f"==== {time.strftime('%H:%M:%S')} starting {' '.join(cmd)}\n".encode())
+            err.flush()
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                cwd=work,
+                start_new_session=True,
+                preexec_fn=make_preexec(),
+            )
+        with _live_lock:
+            _live_processes.add(proc)
+        self._proc = proc
+        self._state = JavaMemberState.RUNNING
+        log.debug("started %s (pid %d)", self.client_id, proc.pid)
+        self._reader_task = loop.create_task(self._read(proc), name=f"{self.client_id} stdout")
+
+    async def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        """Parse the process's stdout until EOF (the process exited)."""
+        assert proc.stdout is not None
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=_LINE_LIMIT)
+        try:
+            self._transport, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader), proc.stdout
+            )
+            while line := await reader.readline():
+                self._on_line(line.decode("utf-8", "replace").rstrip("\n"))
+        finally:
+            self._eof = True
+            if self._state is JavaMemberState.RUNNING:
+                self._state = JavaMemberState.EXITED
+            self._notify()
+
+    def _on_line(self, line: str) -> None:
+        kind, _, rest = line.partition("\t")
+        fields = rest.split("\t")
+        try:
+            if kind == "RECORD":
+                topic, partition, offset, timestamp, key, value = fields
+                self.records.append(
+                    JavaRecord(
+                        topic,
+                        int(partition),
+                        int(offset),
+                        int(timestamp),
+                        _bytes(key),
+                        _bytes(value),
+                    )
+                )
+            elif kind == "ASSIGNMENT":
+                generation, member_id, owned = fields
+                last = self._last_change
+                self.assignments.append(
+                    JavaAssignment(int(generation), member_id, _tps(owned), last[0], last[1])
+                )
+            elif kind in ("ASSIGNED", "REVOKED", "LOST"):
+                self._last_change = (kind.lower(), _tps(rest))
+            elif kind == "COMMITTED":
+                for item in rest.split(","):
+                    tp, _, offset = item.partition("=")
+                    (parsed,) = _tps(tp)
+                    self.committed[parsed] = int(offset)
+            elif kind == "STARTED":
+                self._started = True
+            elif kind == "CLOSED":
+                self.closed_cleanly = True
+            elif kind == "ERROR":
+                self.errors.append(rest)
+                log.warning("%s: %s", self.client_id, rest)
+            else:
+                log.debug("%s: unexpected output %r", self.client_id, line)
+                return
+        except ValueError:
+            log.warning("%s: cannot parse %r", self.client_id, line)
+            return
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wake every waiter (they re-check their condition and wait on a fresh event)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _cleanup(self) -> None:
+        """Kill and reap the process, stop reading, remove the work directory (never raises;
+        synchronous, so that it also runs when :meth:`stop` is cancelled)."""
+        proc = self._proc
+        if proc is not None:
+            if proc.poll() is None and self._eof:  # exiting: its stdout is closed
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=_EXIT_AFTER_EOF_S)
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=_KILL_WAIT_S)
+            with _live_lock:
+                _live_processes.discard(proc)
+        task = self._reader_task
+        if task is not None and not task.done():
+            task.cancel()
+        elif task is not None and not task.cancelled() and task.exception() is not None:
+            self.errors.append(f"reading the output failed: {task.exception()!r}")
+            self._failed = True
+        if self._transport is not None:
+            self._transport.close()
+        elif proc is not None and proc.stdout is not None:
+            proc.stdout.close()
+        self._state = JavaMemberState.STOPPED
+        self._notify()
+        work = self._work_dir
+        if work is None or self._given_work_dir is not None:
+            return
+        if self._failed:
+            log.warning(
+                "Java member %s failed; work directory kept: %s\n--- last lines of its log ---\n%s",
+                self.client_id,
+                work,
+                self.log_tail(),
+            )
+            return
+        if self._keep_work_dir:
+            log.info("Java member %s: work directory kept: %s", self.client_id, work)
+            return
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _escape(value: str) -> str:
+    """Escape a value for a Java ``.properties`` file (backslashes and line breaks)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
