@@ -392,22 +392,17 @@ class ExistingCluster:
         return sum(len(r) for r in records_by_partition.values())
 
     async def log_end_offsets(self, topic: str) -> dict[int, int]:
-        from aiokafka import AIOKafkaConsumer
-        from aiokafka.structs import TopicPartition as KTP
+        from ..kafka.client import KafkaClient
+        from ..records import TopicPartition
 
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers)
-        await consumer.start()
+        kafka = KafkaClient(self.bootstrap_servers, client_id="aiozkconsumer-demo")
+        await kafka.start()
         try:
-            for _ in range(100):
-                parts = consumer.partitions_for_topic(topic)
-                if parts:
-                    break
-                await consumer.topics()  # refreshes the metadata
-                await asyncio.sleep(0.1)
-            ends = await consumer.end_offsets([KTP(topic, p) for p in sorted(parts or ())])
+            parts = (await kafka.partitions_for_topics([topic]))[topic]
+            ends = await kafka.log_end_offsets([TopicPartition(topic, p) for p in parts])
             return {tp.partition: off for tp, off in ends.items()}
         finally:
-            await consumer.stop()
+            await kafka.close()
 
 
 @contextlib.asynccontextmanager
