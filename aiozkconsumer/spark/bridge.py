@@ -16,8 +16,11 @@ use, ``/consumers/<group>/spark/batch_id``. It holds the last batch handed to ``
 (``[first offset, next offset]`` per partition). The node is written before ``fn`` runs
 (``committed: false``) and again after the offsets were committed (``committed: true``), so
 after a crash the next run knows whether batch 7 was finished and, if not, hands ``fn`` batch
-7 again with exactly those records. Ids are contiguous and survive restarts; an idempotent
-sink that stores the last batch id it wrote can skip a replayed batch.
+7 again with exactly those records. A new process (or a partition a rebalance took away and
+gave back) reads them again from the committed offsets; a retry with the same connector gets
+them from the bridge, which keeps a batch until it is committed (the streams handed its
+records out already). Ids are contiguous and survive restarts; an idempotent sink that
+stores the last batch id it wrote can skip a replayed batch.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from ..errors import (
     ZookeeperNodeExistsError,
     ZookeeperNoNodeError,
 )
-from ..records import MessageAndMetadata, TopicPartition
+from ..records import MessageAndMetadata, PartitionTopicInfo, TopicPartition
 from ..stream import KafkaStream
 from ..zk import layout
 from ..zk.client import ZkClient
@@ -260,11 +263,52 @@ def split_replay(
     return batch, rest, reached
 
 
+def _current(
+    registry: Mapping[TopicPartition, PartitionTopicInfo],
+    tp: TopicPartition,
+    source: PartitionTopicInfo | None,
+) -> bool:
+    """Whether records handed out under ``source`` still belong to this member's ownership of
+    ``tp``: the partition was not released (nor released and claimed again) since."""
+    return source is not None and source.active and registry.get(tp) is source
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A batch taken for ``fn`` and not committed yet, kept until it is.
+
+    The streams handed its records out (the consumed offsets are past them), so a retry in
+    this process gets them from here; partitions released meanwhile are read again by the
+    streams from the committed offset instead.
+
+    Attributes:
+        batch_id: its batch id.
+        records: its records, as handed to ``fn``.
+        sources: per partition, the ``PartitionTopicInfo`` (the ownership) the records were
+            handed out under.
+    """
+
+    batch_id: int
+    records: list[MessageAndMetadata]
+    sources: Mapping[TopicPartition, PartitionTopicInfo | None]
+
+
 class _Buffer:
-    """Records taken from the streams and not yet in a batch (kept per connector)."""
+    """What the bridge keeps for one connector across calls: records taken from the streams
+    and not yet in a batch, and the batch handed to ``fn`` and not yet committed.
+
+    Every buffered partition is tagged with the ``PartitionTopicInfo`` its records were
+    handed out under. A rebalance that releases a partition (and maybe claims it again)
+    replaces that object, and the new one starts at the committed offset: the buffered
+    records of the old one are dropped, or they would be delivered twice and, worse, make a
+    replay believe it had reached the end of a partition it had not read yet.
+    """
 
     def __init__(self) -> None:
         self.records: list[MessageAndMetadata] = []
+        self.sources: dict[TopicPartition, PartitionTopicInfo | None] = {}
+        self.held: _Held | None = None
+        self.replaying = False
         self.ended = 0
         self._changed = anyio.Event()
 
@@ -275,21 +319,123 @@ class _Buffer:
     async def wait_change(self) -> None:
         await self._changed.wait()
 
+    def adopt(self, tp: TopicPartition, source: PartitionTopicInfo | None) -> None:
+        """Tag ``tp`` with ``source``, dropping its records buffered under another one."""
+        if tp in self.sources and self.sources[tp] is source:
+            return
+        if tp in self.sources:
+            self._drop({(tp.topic, tp.partition)})
+        self.sources[tp] = source
+
+    def add(
+        self,
+        records: Sequence[MessageAndMetadata],
+        registry: Mapping[TopicPartition, PartitionTopicInfo],
+    ) -> None:
+        """Append records a stream just handed out.
+
+        Must run without awaiting after the stream returned them: ``registry`` then still
+        holds the ``PartitionTopicInfo`` each record was handed out under (an iterator hands
+        out records of active partitions only, and a release replaces the registry).
+        """
+        for topic, partition in {(r.topic, r.partition) for r in records}:
+            tp = TopicPartition(topic, partition)
+            self.adopt(tp, registry.get(tp))
+        self.records.extend(records)
+
+    def drop_stale(self, registry: Mapping[TopicPartition, PartitionTopicInfo]) -> None:
+        """Forget buffered records of partitions released since they were handed out."""
+        stale = [tp for tp, source in self.sources.items() if not _current(registry, tp, source)]
+        for tp in stale:
+            del self.sources[tp]
+        if stale:
+            self._drop({(tp.topic, tp.partition) for tp in stale})
+
+    def _drop(self, keys: set[tuple[str, int]]) -> None:
+        kept = [r for r in self.records if (r.topic, r.partition) not in keys]
+        if len(kept) != len(self.records):
+            log.info(
+                "dropping %d buffered records of released partitions", len(self.records) - len(kept)
+            )
+            self.records = kept
+
+    def hold(self, batch_id: int, records: list[MessageAndMetadata]) -> None:
+        """Keep a batch until it is committed (taken right after it left the buffer)."""
+        tps = {TopicPartition(r.topic, r.partition) for r in records}
+        self.held = _Held(batch_id, records, {tp: self.sources.get(tp) for tp in tps})
+
+    def reclaim(
+        self,
+        registry: Mapping[TopicPartition, PartitionTopicInfo],
+        next_id: int,
+        replay: BatchRecord | None,
+    ) -> list[MessageAndMetadata]:
+        """At the start of a call: what becomes of the batch a previous call left uncommitted.
+
+        Only records of partitions whose ownership did not change are kept (the others are
+        read again by the streams, from the committed offset).
+
+        Args:
+            registry: the connector's topic registry now.
+            next_id: the batch id the batch log says comes next.
+            replay: the unfinished batch the batch log says to replay first, if any.
+
+        Returns:
+            The records of the held batch to replay (empty when nothing is held, or the held
+            batch is not the one to replay); the batch stays held until the replay replaces
+            it (a call cancelled before leaves it for the next one). A held batch the log
+            never recorded (writing the log failed before ``fn`` ran) goes back to the front
+            of the buffer instead; one the log shows finished is dropped.
+        """
+        held = self.held
+        if held is None:
+            return []
+        current = {tp for tp, source in held.sources.items() if _current(registry, tp, source)}
+        if replay is not None and replay.batch_id == held.batch_id:
+            ranges = batch_ranges(held.records)
+            keep = {tp for tp, r in replay.ranges.items() if tp in current and ranges.get(tp) == r}
+            log.info(
+                "batch %d: replaying %d partitions from the records held, %d from the streams",
+                held.batch_id,
+                len(keep),
+                len(replay.ranges) - len(keep),
+            )
+        elif replay is None and held.batch_id == next_id:
+            keep = current
+            log.info("batch %d never reached fn: its records go back to the buffer", next_id)
+        else:
+            self.held = None  # the batch log shows it finished
+            return []
+        for tp in keep:
+            self.adopt(tp, held.sources[tp])
+        records = [r for r in held.records if TopicPartition(r.topic, r.partition) in keep]
+        if replay is None:
+            self.held = None
+            self.records[:0] = records
+            return []
+        return records
+
 
 _buffers: weakref.WeakKeyDictionary[ZookeeperConsumerConnector, _Buffer] = (
     weakref.WeakKeyDictionary()
 )
 
 
-async def _pump(stream: KafkaStream, buf: _Buffer, max_records: int) -> None:
+async def _pump(
+    connector: ZookeeperConsumerConnector, stream: KafkaStream, buf: _Buffer, max_records: int
+) -> None:
     """Move records from one stream into the buffer, keeping at most ~2 batches buffered.
+
+    The bound is lifted while a batch is replayed: the replay waits for its partitions'
+    records, which may come after more than two batches of other partitions' records; a
+    full buffer would keep them out for good.
 
     Cancellation is safe: ``next_batch`` only waits before it takes its first record.
     """
     it = stream.iterator
     try:
         while True:
-            while len(buf.records) >= 2 * max_records:
+            while not buf.replaying and len(buf.records) >= 2 * max_records:
                 await buf.wait_change()
             try:
                 chunk = await it.next_batch(max_records)
@@ -297,7 +443,7 @@ async def _pump(stream: KafkaStream, buf: _Buffer, max_records: int) -> None:
                 continue  # consumer.timeout.ms: nothing new, keep waiting
             except StopAsyncIteration:
                 return
-            buf.records.extend(chunk)
+            buf.add(chunk, connector.topic_registry)
             buf.notify()
     finally:
         buf.ended += 1
@@ -306,15 +452,6 @@ async def _pump(stream: KafkaStream, buf: _Buffer, max_records: int) -> None:
 
 def _owned(connector: ZookeeperConsumerConnector) -> set[TopicPartition]:
     return set(connector.statistics().owned_partitions)
-
-
-def _drop_released(buf: _Buffer, owned: set[TopicPartition]) -> None:
-    """Forget buffered records of partitions another member may own now."""
-    kept = [r for r in buf.records if TopicPartition(r.topic, r.partition) in owned]
-    if len(kept) != len(buf.records):
-        dropped = len(buf.records) - len(kept)
-        log.info("dropping %d buffered records of released partitions", dropped)
-        buf.records = kept
 
 
 async def _take(
@@ -327,7 +464,7 @@ async def _take(
     """The next batch: 1 to ``max_records`` records, waiting at most ``max_interval_s``
     after the first one. ``None`` when every stream ended."""
     while True:
-        _drop_released(buf, _owned(connector))
+        buf.drop_stale(connector.topic_registry)
         if buf.ended >= streams:
             return None
         if buf.records:
@@ -342,7 +479,7 @@ async def _take(
             await buf.wait_change()
     if buf.ended >= streams:
         return None
-    _drop_released(buf, _owned(connector))
+    buf.drop_stale(connector.topic_registry)
     batch, buf.records = buf.records[:max_records], buf.records[max_records:]
     buf.notify()
     return batch or await _take(connector, buf, streams, max_records, max_interval_s)
@@ -353,21 +490,37 @@ async def _take_replay(
     buf: _Buffer,
     streams: int,
     targets: Mapping[TopicPartition, tuple[int, int]],
+    held: Sequence[MessageAndMetadata] = (),
 ) -> list[MessageAndMetadata] | None:
-    """The records of a batch being replayed: every target partition up to its end."""
-    batch: list[MessageAndMetadata] = []
-    reached: set[TopicPartition] = set()
-    while True:
-        _drop_released(buf, _owned(connector))
-        taken, buf.records, seen = split_replay(buf.records, targets)
-        batch.extend(taken)
-        reached |= seen
+    """The records of a batch being replayed: every target partition up to its end.
+
+    Args:
+        held: the batch's records the bridge still holds (see :meth:`_Buffer.reclaim`);
+            their partitions are complete, the others are read from the buffer.
+
+    Returns:
+        The batch; ``None`` when every stream ended first.
+    """
+    complete = {TopicPartition(r.topic, r.partition) for r in held}
+    batch = list(held)
+    reached = set(complete)
+    buf.replaying = True
+    try:
+        while True:
+            buf.drop_stale(connector.topic_registry)
+            taken, buf.records, seen = split_replay(buf.records, targets)
+            # (Defensive: the ownership that handed the held records out never does so again.)
+            batch.extend(r for r in taken if TopicPartition(r.topic, r.partition) not in complete)
+            reached |= seen
+            buf.notify()
+            if reached >= set(targets):
+                return batch
+            if buf.ended >= streams:
+                return None
+            await buf.wait_change()
+    finally:
+        buf.replaying = False
         buf.notify()
-        if reached >= set(targets):
-            return batch
-        if buf.ended >= streams:
-            return None
-        await buf.wait_change()
 
 
 def _run_batch(
@@ -480,7 +633,9 @@ async def foreach_batch(
     unfinished batch — same id, same records (for the partitions this member still owns).
     Records of partitions released by a rebalance are dropped from the buffer and not
     committed. Records taken from the streams but not yet batched stay with the connector
-    for the next call.
+    for the next call, and so does a batch until it is committed: when ``fn`` raised and the
+    service calls ``foreach_batch`` again with the same connector, the streams have handed
+    that batch's records out already, and the bridge replays them from memory.
 
     Args:
         connector_or_streams: a started connector whose streams exist (all its streams are
@@ -508,7 +663,7 @@ async def foreach_batch(
         ZookeeperConnectionError: the commit found the ZooKeeper session suspended.
         OffsetCommitError: Kafka refused the offsets.
         Exception: whatever ``fn`` raised; that batch is not committed and is replayed by
-            the next run.
+            the next call, with the same connector or a new one.
     """
     conn, streams = _resolve(connector_or_streams, connector)
     if conn.config.auto_commit_enable:
@@ -526,16 +681,17 @@ async def foreach_batch(
     next_id, replay = await _recover(conn, batch_log)
     buf = _buffers.setdefault(conn, _Buffer())
     buf.ended = 0
+    held = buf.reclaim(conn.topic_registry, next_id, replay)
     done = 0
     error: BaseException | None = None
     try:
         async with anyio.create_task_group() as tg:
             for stream in streams:
-                tg.start_soon(_pump, stream, buf, max_records)
+                tg.start_soon(_pump, conn, stream, buf, max_records)
             try:
                 while max_batches is None or done < max_batches:
                     if replay is not None:
-                        records = await _take_replay(conn, buf, len(streams), replay.ranges)
+                        records = await _take_replay(conn, buf, len(streams), replay.ranges, held)
                         record = replay
                     else:
                         records = await _take(
@@ -544,6 +700,8 @@ async def foreach_batch(
                         record = BatchRecord(next_id, False, batch_ranges(records or ()))
                     if records is None:
                         break
+                    # Until it is committed: a retry in this process replays it from here.
+                    buf.hold(next_id, records)
                     if replay is None:
                         await batch_log.write(record)
                     log.debug("batch %d: %d records", next_id, len(records))
@@ -553,6 +711,7 @@ async def foreach_batch(
                     with anyio.CancelScope(shield=True):
                         await _commit(conn, record.ranges)
                         await batch_log.write(replace(record, committed=True))
+                        buf.held = None
                     next_id += 1
                     done += 1
                     replay = None
