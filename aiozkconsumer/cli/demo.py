@@ -5,6 +5,11 @@ Starts a ``LocalCluster`` (ZooKeeper + one Kafka 3.9 broker in ZooKeeper mode) u
 keyed records with aiokafka's producer, consumes them with a group of connectors, stops one
 connector halfway to force a rebalance, and checks that nothing was lost and that the offsets
 committed in ZooKeeper equal the log end offsets.
+
+With ``--group-coordinator kafka`` the group is coordinated by the broker (the Java
+client's protocol, ``KafkaConsumerConnector``), the stopped connector leaves with LeaveGroup,
+and the committed offsets are read from Kafka; an existing cluster then needs only
+``--bootstrap-server``.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ import anyio
 import click
 from tqdm import tqdm
 
+from ..base_connector import ConsumerConnector
 from ..config import ConsumerConfig
-from ..connector import ZookeeperConsumerConnector
+from ..consumer import create_connector
 from ..rebalance import RebalanceRecord
 from ..stream import KafkaStream
 from ..zk import layout
@@ -35,10 +41,14 @@ __all__ = ["DemoResult", "demo", "run_demo"]
 
 
 class Cluster(Protocol):
-    """What the demo needs of a cluster (``LocalCluster`` or an existing one)."""
+    """What the demo needs of a cluster (``LocalCluster`` or an existing one).
+
+    ``zookeeper_connect`` is ``None`` for an existing cluster given without ``--zookeeper``
+    (only with ``--group-coordinator kafka``).
+    """
 
     @property
-    def zookeeper_connect(self) -> str: ...
+    def zookeeper_connect(self) -> str | None: ...
 
     @property
     def bootstrap_servers(self) -> str: ...
@@ -54,9 +64,23 @@ class Cluster(Protocol):
 
 @click.command("demo", help=__doc__, short_help="Run a consumer group end to end and verify it.")
 @click.option(
-    "--zookeeper", help="Use this ZooKeeper (host:port[/chroot]) instead of a local cluster."
+    "--group-coordinator",
+    type=click.Choice(["zookeeper", "kafka"]),
+    default="zookeeper",
+    show_default=True,
+    help="Who coordinates the group: ZooKeeper (ZookeeperConsumerConnector, offsets in "
+    "ZooKeeper) or the Kafka broker (KafkaConsumerConnector, offsets in Kafka).",
 )
-@click.option("--bootstrap-server", help="Kafka brokers of that cluster (host:port,...).")
+@click.option(
+    "--zookeeper",
+    help="Use this ZooKeeper (host:port[/chroot]) instead of a local cluster; not used with "
+    "--group-coordinator kafka.",
+)
+@click.option(
+    "--bootstrap-server",
+    help="Kafka brokers of an existing cluster (host:port,...) instead of a local one; "
+    "needs --zookeeper unless --group-coordinator kafka.",
+)
 @click.option(
     "--records",
     type=click.IntRange(min=1),
@@ -106,8 +130,10 @@ def demo(**options: Any) -> None:
     args = argparse.Namespace(**options)
     if args.zookeeper and not args.bootstrap_server:
         raise click.UsageError("--zookeeper needs --bootstrap-server too")
-    if args.bootstrap_server and not args.zookeeper:
-        raise click.UsageError("--bootstrap-server needs --zookeeper too")
+    if args.bootstrap_server and not args.zookeeper and args.group_coordinator == "zookeeper":
+        raise click.UsageError(
+            "--bootstrap-server needs --zookeeper too (or --group-coordinator kafka)"
+        )
     code = run_async(lambda: _amain(args))
     if code:
         raise click.exceptions.Exit(code)
@@ -124,7 +150,9 @@ class DemoResult:
         lost: produced records never consumed.
         seconds: consume time, first record to last, seconds.
         rebalances: ``(member index, record)`` of every rebalance.
-        offsets: per partition ``(committed offset in ZooKeeper or -1, log end offset)``.
+        offsets: per partition ``(committed offset or -1, log end offset)``.
+        offsets_source: where the committed offsets were read: ``"ZooKeeper"`` or
+            ``"Kafka"``.
     """
 
     produced: int = 0
@@ -134,6 +162,7 @@ class DemoResult:
     seconds: float = 0.0
     rebalances: list[tuple[int, RebalanceRecord]] = field(default_factory=list)
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
+    offsets_source: str = "ZooKeeper"
 
     @property
     def offsets_match(self) -> bool:
@@ -193,9 +222,11 @@ async def _member(
     tracker: _Tracker,
     stop: anyio.Event,
     bar: tqdm[Any] | None,
-    connectors: dict[int, ZookeeperConsumerConnector],
+    connectors: dict[int, ConsumerConnector],
 ) -> None:
-    async with ZookeeperConsumerConnector(config) as connector:
+    # Leaving the block commits what was consumed; a Kafka-coordinated member then sends
+    # LeaveGroup, so the group rebalances at once rather than after session.timeout.ms.
+    async with create_connector(config) as connector:
         connectors[index] = connector
         streams = await connector.create_message_streams({topic: streams_per_member})
         async with anyio.create_task_group() as tg:
@@ -234,7 +265,7 @@ async def _produce(cluster: Cluster, topic: str, args: argparse.Namespace) -> in
     return produced
 
 
-async def _read_committed(
+async def _read_committed_zookeeper(
     zk_connect: str, group: str, topic: str, partitions: int
 ) -> dict[int, int]:
     zk = ZkClient(zk_connect)
@@ -249,12 +280,57 @@ async def _read_committed(
         await zk.close()
 
 
+async def _read_committed_kafka(
+    bootstrap_servers: str, group: str, topic: str, partitions: int
+) -> dict[int, int]:
+    # An independent reader (aiokafka's admin client, OffsetFetch v1+), not the connector's
+    # own offset store, so the check does not trust the code it checks.
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="aiozkconsumer-demo")
+    await admin.start()
+    try:
+        tps = [AioTopicPartition(topic, p) for p in range(partitions)]
+        fetched = await admin.list_consumer_group_offsets(group, partitions=tps)
+    finally:
+        await admin.close()
+    # The broker answers -1 for a partition the group has no offset for.
+    return {p: fetched[tp].offset if tp in fetched else -1 for p, tp in enumerate(tps)}
+
+
+def _consumer_config(cluster: Cluster, group: str, coordinator: str) -> ConsumerConfig:
+    if coordinator == "kafka":
+        return ConsumerConfig(
+            group_id=group,
+            group_coordinator="kafka",
+            bootstrap_servers=cluster.bootstrap_servers,
+            auto_offset_reset="earliest",
+            auto_commit_interval_ms=1000,
+            # A stopped member sends LeaveGroup; these bound the rebalance when one does not
+            # (killed, partitioned): the coordinator evicts it after 10 s, not the Java 45 s.
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=1_000,
+        )
+    return ConsumerConfig(
+        group_id=group,
+        zookeeper_connect=cluster.zookeeper_connect,
+        auto_offset_reset="smallest",
+        auto_commit_interval_ms=1000,
+    )
+
+
 async def run_demo(cluster: Cluster, args: argparse.Namespace) -> DemoResult:
     """Produce, consume with a group, stop one member halfway, verify. See the module doc."""
     topic = args.topic or f"demo-{uuid.uuid4().hex[:8]}"
     group = args.group or f"demo-group-{uuid.uuid4().hex[:8]}"
+    coordinator = args.group_coordinator
+    config = _consumer_config(cluster, group, coordinator)
     result = DemoResult()
-    _say(f"topic {topic} ({args.partitions} partitions), group {group}")
+    _say(
+        f"topic {topic} ({args.partitions} partitions), group {group} "
+        f"(coordinated by {'Kafka' if coordinator == 'kafka' else 'ZooKeeper'})"
+    )
     await cluster.create_topic(topic, args.partitions)
     t0 = time.monotonic()
     result.produced = await _produce(cluster, topic, args)
@@ -262,14 +338,8 @@ async def run_demo(cluster: Cluster, args: argparse.Namespace) -> DemoResult:
     end_offsets = await cluster.log_end_offsets(topic)
 
     tracker = _Tracker(end_offsets)
-    config = ConsumerConfig(
-        group_id=group,
-        zookeeper_connect=cluster.zookeeper_connect,
-        auto_offset_reset="smallest",
-        auto_commit_interval_ms=1000,
-    )
     stops = [anyio.Event() for _ in range(args.consumers)]
-    connectors: dict[int, ZookeeperConsumerConnector] = {}
+    connectors: dict[int, ConsumerConnector] = {}
     bar = (
         None
         if args.no_progress
@@ -319,13 +389,23 @@ async def run_demo(cluster: Cluster, args: argparse.Namespace) -> DemoResult:
     for i, connector in sorted(connectors.items()):
         for rec in connector.statistics().rebalances:
             result.rebalances.append((i, rec))
-    committed = await _read_committed(cluster.zookeeper_connect, group, topic, args.partitions)
+    # A ZooKeeper-coordinated config always has zookeeper.connect (ConsumerConfig checks it).
+    if config.kafka_coordinated or config.zookeeper_connect is None:
+        result.offsets_source = "Kafka"
+        committed = await _read_committed_kafka(
+            cluster.bootstrap_servers, group, topic, args.partitions
+        )
+    else:
+        committed = await _read_committed_zookeeper(
+            config.zookeeper_connect, group, topic, args.partitions
+        )
     result.offsets = {p: (committed[p], end_offsets.get(p, 0)) for p in range(args.partitions)}
     return result
 
 
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    # Through tqdm, so a line said while a progress bar is drawn gets a line of its own.
+    tqdm.write(text, file=sys.stderr)
 
 
 def print_summary(result: DemoResult) -> None:
@@ -345,7 +425,7 @@ def print_summary(result: DemoResult) -> None:
             f"owns={len(rec.partitions)} kept={rec.kept} released={rec.released} "
             f"acquired={rec.acquired}"
         )
-    print("partition  committed(ZooKeeper)  log-end-offset  equal")
+    print(f"partition  {f'committed({result.offsets_source})':>20}  log-end-offset  equal")
     for p, (committed, end) in sorted(result.offsets.items()):
         print(f"{p:>9}  {committed:>20,}  {end:>14,}  {'yes' if committed == end else 'NO'}")
     print("RESULT:", "OK" if result.ok else "FAILED")
@@ -353,9 +433,9 @@ def print_summary(result: DemoResult) -> None:
 
 @dataclass
 class ExistingCluster:
-    """A cluster the user runs, reached through ``--zookeeper`` / ``--bootstrap-server``."""
+    """A cluster the user runs, reached through ``--bootstrap-server`` (and ``--zookeeper``)."""
 
-    zookeeper_connect: str
+    zookeeper_connect: str | None
     bootstrap_servers: str
 
     async def create_topic(self, name: str, partitions: int) -> None:
@@ -407,7 +487,7 @@ class ExistingCluster:
 
 @contextlib.asynccontextmanager
 async def _cluster(args: argparse.Namespace) -> AsyncIterator[Cluster]:
-    if args.zookeeper:
+    if args.bootstrap_server:
         yield ExistingCluster(args.zookeeper, args.bootstrap_server)
         return
     from ..testing import LocalCluster
