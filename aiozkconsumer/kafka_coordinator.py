@@ -274,6 +274,7 @@ class KafkaCoordinator:
         topics = self.subscribed_topics()
         await self._check_topics_exist(topics)
         self.rejoin_needed = False
+        t0 = time.monotonic()
         joined = await self.group.join(
             self.member_id,
             session_timeout_ms=cfg.session_timeout_ms,
@@ -298,6 +299,8 @@ class KafkaCoordinator:
         if joined.is_leader:
             assignments, snapshot = await self._assign(joined.protocol, joined.members)
         data = await self.group.sync(joined.generation, joined.member_id, assignments)
+        # An answered join proves the membership as a heartbeat does: the lease starts anew.
+        self.ownership.gate.extend(t0 + 0.8 * cfg.session_timeout_ms / 1000)
         mine = decode_assignment(data)
         if snapshot is not None:
             # The assignment snapshot: metadata changed while the leader assigned.
