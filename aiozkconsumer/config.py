@@ -11,6 +11,8 @@ failure is an :class:`~aiozkconsumer.errors.InvalidConfigError` naming the dotte
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 import re
 import types
 import typing
@@ -21,7 +23,7 @@ from typing import Any, Self
 
 from aiozkconsumer.errors import InvalidConfigError
 
-__all__ = ["ConsumerConfig", "UnknownConfigWarning"]
+__all__ = ["ConsumerConfig", "UnknownConfigWarning", "nearest_key"]
 
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
@@ -264,7 +266,12 @@ class ConsumerConfig:
         if self.rebalance_backoff_ms is not None:
             _check_range("rebalance.backoff.ms", self.rebalance_backoff_ms, 0)
         _check_range("refresh.leader.backoff.ms", self.refresh_leader_backoff_ms, 1)
-        _check_range("consumer.timeout.ms", self.consumer_timeout_ms, _INT32_MIN)
+        _check_range(
+            "consumer.timeout.ms",
+            self.consumer_timeout_ms,
+            -1,
+            extra=" (-1 waits forever; any value below -1 is a mistake)",
+        )
         _check_range("offsets.channel.backoff.ms", self.offsets_channel_backoff_ms, 1)
         _check_range("offsets.channel.socket.timeout.ms", self.offsets_channel_socket_timeout_ms, 1)
         _check_range("offsets.commit.max.retries", self.offsets_commit_max_retries, 0)
@@ -483,12 +490,55 @@ def _field_kinds(cls: type[ConsumerConfig]) -> dict[str, tuple[type, bool]]:
 
 _FIELD_KINDS = _field_kinds(ConsumerConfig)
 
+_dataclass_init = ConsumerConfig.__init__
+
+
+def _init(self: ConsumerConfig, **kwargs: Any) -> None:
+    # An unknown keyword is a config error naming the key (and the nearest known one), not
+    # the TypeError of the generated __init__.
+    _reject_unknown_keywords(kwargs)
+    if "group_id" not in kwargs:
+        raise InvalidConfigError("group.id", "missing required property")
+    _dataclass_init(self, **kwargs)
+
+
+_init.__doc__ = _dataclass_init.__doc__
+_init.__signature__ = inspect.signature(_dataclass_init)  # type: ignore[attr-defined]
+ConsumerConfig.__init__ = _init  # type: ignore[method-assign]
+
 
 def _describe_unknown(key: object, kinds: Mapping[str, tuple[type, bool]]) -> str:
     text = key if isinstance(key, str) else repr(key)
     if isinstance(key, str) and "_" in key and key in kinds:
         return f"{text} (did you mean {key.replace('_', '.')}?)"
-    return text
+    near = nearest_key(key) if isinstance(key, str) else None
+    return f"{text} (did you mean {near}?)" if near else text
+
+
+def nearest_key(key: str) -> str | None:
+    """The known dotted property key closest to a misspelt one (``difflib``), or ``None``.
+
+    Args:
+        key: a dotted (``zookeeper.conect``) or attribute (``zookeeper_conect``) spelling.
+
+    Returns:
+        The dotted key it most likely means, when one is close enough (ratio >= 0.75).
+    """
+    dotted = key.replace("_", ".")
+    known = [name.replace("_", ".") for name in _FIELD_KINDS]
+    found = difflib.get_close_matches(dotted, known, n=1, cutoff=0.75)
+    return found[0] if found else None
+
+
+def _reject_unknown_keywords(kwargs: Mapping[str, object]) -> None:
+    unknown = sorted(set(kwargs) - set(_FIELD_KINDS))
+    if unknown:
+        name = unknown[0]
+        near = nearest_key(name)
+        hint = f"; did you mean {near.replace('.', '_')}?" if near else ""
+        raise InvalidConfigError(
+            name.replace("_", "."), f"unknown consumer property {name!r}{hint}"
+        )
 
 
 def _parse(key: str, value: object, kind: type) -> object:

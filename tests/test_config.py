@@ -88,8 +88,25 @@ def test_group_id_and_zookeeper_connect_are_required_arguments() -> None:
     with pytest.raises(InvalidConfigError) as info:
         ConsumerConfig(group_id="g")  # zookeeper.connect: required by the default coordinator
     assert info.value.key == "zookeeper.connect"
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidConfigError) as info:
         ConsumerConfig(zookeeper_connect="h:1")  # type: ignore[call-arg]
+    assert info.value.key == "group.id"
+
+
+def test_an_unknown_keyword_names_the_key_and_the_nearest_known_one() -> None:
+    with pytest.raises(InvalidConfigError) as info:
+        make(zookeeper_conect="h:1")
+    assert info.value.key == "zookeeper.conect"
+    assert "zookeeper_connect" in str(info.value)
+    with pytest.raises(InvalidConfigError, match="unknown consumer property 'bogus'"):
+        make(bogus=1)
+
+
+def test_from_properties_suggests_the_nearest_key_of_a_misspelt_one() -> None:
+    with pytest.warns(
+        UnknownConfigWarning, match=r"auto\.comit\.enable \(did you mean auto\.commit\.enable\?\)"
+    ):
+        ConsumerConfig.from_properties({**REQUIRED_PROPS, "auto.comit.enable": "true"})
 
 
 def test_config_is_frozen_and_hashable() -> None:
@@ -267,9 +284,14 @@ def test_socket_receive_buffer_allows_minus_one_only_below_one() -> None:
     raises_for("socket.receive.buffer.bytes", socket_receive_buffer_bytes=-2)
 
 
-@pytest.mark.parametrize("value", [-(2**31), -5, -1, 0, 1, 2**31 - 1])
-def test_consumer_timeout_may_be_negative(value: int) -> None:
+@pytest.mark.parametrize("value", [-1, 0, 1, 2**31 - 1])
+def test_consumer_timeout_may_be_minus_one(value: int) -> None:
     assert make(consumer_timeout_ms=value).consumer_timeout_ms == value
+
+
+@pytest.mark.parametrize("value", [-(2**31), -5, -2])
+def test_consumer_timeout_below_minus_one_is_refused(value: int) -> None:
+    raises_for("consumer.timeout.ms", consumer_timeout_ms=value)
 
 
 @pytest.mark.parametrize(
@@ -497,7 +519,7 @@ def configs(draw: st.DrawFn) -> ConsumerConfig:
         rebalance_backoff_ms=draw(st.none() | st.integers(0, 2**31 - 1)),
         refresh_leader_backoff_ms=draw(INT32),
         auto_offset_reset=draw(st.sampled_from(["smallest", "largest"])),
-        consumer_timeout_ms=draw(st.integers(-(2**31), 2**31 - 1)),
+        consumer_timeout_ms=draw(st.integers(-1, 2**31 - 1)),
         exclude_internal_topics=draw(st.booleans()),
         client_id=draw(st.none() | LEGAL),
         offsets_storage=draw(st.sampled_from(["zookeeper", "kafka"])),

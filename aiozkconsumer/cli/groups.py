@@ -1,16 +1,29 @@
-"""``aiozkconsumer groups``: list, describe and delete consumer groups in ZooKeeper.
+"""``aiozkconsumer groups``: list, describe and delete consumer groups.
 
-The ``--zookeeper`` side of ``kafka-consumer-groups.sh`` (``ConsumerGroupCommand``, 0.10.2).
+Both sides of ``kafka-consumer-groups.sh`` (``ConsumerGroupCommand``, 0.10.2): ``--zookeeper``
+for the groups ZooKeeper coordinates (the default, ``--coordinator zookeeper``), and
+``--bootstrap-server`` for the groups Kafka's group coordinators hold (``--coordinator kafka``:
+``group.coordinator=kafka`` and today's Kafka clients), for ``list`` and ``describe``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from ..errors import UnknownTopicError
-from ..tools import GroupActiveError, GroupAdmin, GroupDescription, UnknownGroupError
+from ..tools import (
+    GroupActiveError,
+    GroupAdmin,
+    GroupDescription,
+    KafkaGroupAdmin,
+    KafkaGroupDescription,
+    KafkaGroupListing,
+    UnknownGroupError,
+)
 from ._common import (
     NAME,
     ExitCode,
@@ -21,7 +34,9 @@ from ._common import (
     run_async,
 )
 
-__all__ = ["format_table", "groups", "print_description"]
+__all__ = ["format_table", "groups", "print_description", "print_kafka_description"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 MISSING = "-"
 """What a table shows for an unknown value (``MISSING_COLUMN_VALUE``)."""
@@ -63,40 +78,156 @@ def print_description(description: GroupDescription) -> None:
         click.echo(line)
 
 
+def print_kafka_description(description: KafkaGroupDescription) -> None:
+    """Print ``groups describe --coordinator kafka``'s table, as ``ConsumerGroupCommand``
+    0.10.2 with --bootstrap-server."""
+    rows: list[Sequence[object]] = [
+        (
+            p.topic,
+            p.partition,
+            p.offset,
+            p.log_end_offset,
+            p.lag,
+            p.member_id,
+            p.host,
+            p.client_id,
+        )
+        for p in description.partitions
+    ]
+    idle = set(description.members_without_partitions)
+    rows += [
+        (None, None, None, None, None, m.member_id, m.host, m.client_id)
+        for m in description.members
+        if m.member_id in idle
+    ]
+    headers = (
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+    )
+    for line in format_table(headers, rows, (30, 10, 15, 15, 10, 50, 30, 0)):
+        click.echo(line)
+
+
+_COORDINATOR_HELP = (
+    "Who coordinates the group. zookeeper: the old consumer's groups, read from ZooKeeper "
+    "(/consumers). kafka: the groups of Kafka's group coordinators (group.coordinator=kafka, "
+    "the Java KafkaConsumer, aiokafka, ...), read from the brokers: needs --bootstrap-server "
+    "and refuses the ZooKeeper options (--zookeeper, --connect-timeout-ms)."
+)
+
+_ZOOKEEPER_ONLY = ("zookeeper", "connect_timeout_ms", "offsets_storage")
+"""Options that only mean something with ``--coordinator zookeeper``."""
+
+
+def coordinator_option(f: _F) -> _F:
+    """``--coordinator zookeeper|kafka``."""
+    return click.option(
+        "--coordinator",
+        type=click.Choice(["zookeeper", "kafka"]),
+        default="zookeeper",
+        show_default=True,
+        help=_COORDINATOR_HELP,
+    )(f)
+
+
+def _kafka_bootstrap(ctx: click.Context, bootstrap_server: str | None) -> str:
+    """The brokers of ``--coordinator kafka``; a usage error for ZooKeeper-only options."""
+    for name in _ZOOKEEPER_ONLY:
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+            option = "--" + name.replace("_", "-")
+            raise click.UsageError(f"{option} is not used with --coordinator kafka", ctx)
+    if not bootstrap_server:
+        raise click.UsageError(
+            "--coordinator kafka needs --bootstrap-server (or $AIOZKCONSUMER_BOOTSTRAP_SERVER)",
+            ctx,
+        )
+    return bootstrap_server
+
+
+def _check_zk_name(ctx: click.Context, name: str, value: str) -> None:
+    """Check a ZooKeeper-mode group id as the :data:`NAME` type would (Kafka group ids may
+    hold what ZooKeeper paths may not)."""
+    param = next(p for p in ctx.command.params if p.name == name)
+    NAME.convert(value, param, ctx)
+
+
 @click.group(short_help="List, describe and delete consumer groups.")
 def groups() -> None:
-    """List, describe and delete consumer groups (kafka-consumer-groups.sh --zookeeper)."""
+    """List, describe and delete consumer groups (kafka-consumer-groups.sh).
+
+    \b
+    --coordinator zookeeper (the default): the groups ZooKeeper coordinates,
+      read from /consumers (kafka-consumer-groups.sh --zookeeper).
+    --coordinator kafka (list, describe): the groups Kafka's group coordinators
+      hold: group.coordinator=kafka and today's Kafka clients, read from the
+      brokers given with --bootstrap-server (kafka-consumer-groups.sh
+      --bootstrap-server). No ZooKeeper is needed.
+    """
 
 
 @groups.command("list")
+@coordinator_option
 @cluster_options
 @output_option
+@click.pass_context
 def list_groups(
-    zookeeper: str, bootstrap_server: str | None, connect_timeout_ms: int, output: str
+    ctx: click.Context,
+    coordinator: str,
+    zookeeper: str,
+    bootstrap_server: str | None,
+    connect_timeout_ms: int,
+    output: str,
 ) -> None:
-    """List the consumer groups: the children of /consumers."""
+    """List the consumer groups, one per line.
 
-    async def go() -> list[str]:
-        async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
-            return await admin.list_groups()
+    With --coordinator zookeeper (the default): the children of /consumers.
 
-    names = run_async(go)
-    if output == "json":
-        echo_json({"groups": names})
+    With --coordinator kafka: the consumer groups the brokers' group coordinators know
+    (protocol type "consumer", or none for groups that only commit offsets), as
+    kafka-consumer-groups.sh --bootstrap-server --list. --output json adds each group's
+    state (Stable, PreparingRebalance, CompletingRebalance, Empty) and protocol type.
+    """
+    if coordinator == "kafka":
+        bootstrap = _kafka_bootstrap(ctx, bootstrap_server)
+
+        async def from_kafka() -> list[KafkaGroupListing]:
+            async with KafkaGroupAdmin(bootstrap) as admin:
+                return await admin.list_groups()
+
+        listings = run_async(from_kafka)
+        names = [g.group for g in listings]
+        if output == "json":
+            echo_json({"groups": names, "listings": [g.to_json() for g in listings]})
+            return
     else:
-        for name in names:
-            click.echo(name)
+
+        async def go() -> list[str]:
+            async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
+                return await admin.list_groups()
+
+        names = run_async(go)
+        if output == "json":
+            echo_json({"groups": names})
+            return
+    for name in names:
+        click.echo(name)
 
 
 @groups.command("describe", short_help="Offsets, log end offsets, lag and owners of a group.")
-@click.option("--group", "-g", required=True, type=NAME, help="The consumer group.")
+@click.option("--group", "-g", required=True, metavar="NAME", help="The consumer group.")
 @click.option(
     "--topic",
     "topics",
     multiple=True,
     type=NAME,
     help="Show only this topic (repeatable). Default: every topic the group has owner or "
-    "offset nodes for.",
+    "offset nodes for (--coordinator kafka: committed offsets or assigned partitions).",
 )
 @click.option(
     "--offsets-storage",
@@ -104,14 +235,19 @@ def list_groups(
     default="zookeeper",
     show_default=True,
     help="Where the committed offsets are read: ZooKeeper's offset nodes, or the group's "
-    "Kafka coordinator (OffsetFetch; ZooKeeper where Kafka has none).",
+    "Kafka coordinator (OffsetFetch; ZooKeeper where Kafka has none). Not with "
+    "--coordinator kafka, whose groups keep their offsets in Kafka.",
 )
+@coordinator_option
 @cluster_options
 @output_option
+@click.pass_context
 def describe(
+    ctx: click.Context,
     group: str,
     topics: tuple[str, ...],
     offsets_storage: str,
+    coordinator: str,
     zookeeper: str,
     bootstrap_server: str | None,
     connect_timeout_ms: int,
@@ -120,12 +256,22 @@ def describe(
     """Describe a group: offset, log end offset, lag and owner of each partition.
 
     \b
-    Columns as ConsumerGroupCommand 0.10.2 with --zookeeper:
+    --coordinator zookeeper (the default), the columns of ConsumerGroupCommand
+    0.10.2 with --zookeeper:
       TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID
+    --coordinator kafka, with --bootstrap-server:
+      ... LAG CONSUMER-ID HOST CLIENT-ID
 
-    CONSUMER-ID is the owning member ("-": no owner); live members that own no partition
-    follow in rows of their own. Log end offsets come from the partition leaders.
+    CONSUMER-ID is the owning member ("-": no owner): the ZooKeeper consumer id, or the
+    member id the Kafka coordinator gave. Live members that own no partition follow in rows
+    of their own. Log end offsets come from the partition leaders. With --coordinator kafka,
+    --output json also gives the group's state, assignor and coordinator, and each member's
+    client id, host and assigned partitions.
     """
+    if coordinator == "kafka":
+        _describe_kafka(ctx, group, topics, bootstrap_server, output)
+        return
+    _check_zk_name(ctx, "group", group)
 
     async def go() -> GroupDescription:
         async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
@@ -142,6 +288,30 @@ def describe(
     if not description.members:
         click.echo(f"Consumer group '{group}' has no active members.", err=True)
     print_description(description)
+
+
+def _describe_kafka(
+    ctx: click.Context,
+    group: str,
+    topics: tuple[str, ...],
+    bootstrap_server: str | None,
+    output: str,
+) -> None:
+    bootstrap = _kafka_bootstrap(ctx, bootstrap_server)
+
+    async def go() -> KafkaGroupDescription:
+        async with KafkaGroupAdmin(bootstrap) as admin:
+            return await admin.describe_group(group, topics=topics or None)
+
+    description = run_async(go)
+    if output == "json":
+        echo_json(description.to_json())
+        return
+    if not description.members:
+        click.echo(f"Consumer group '{group}' has no active members.", err=True)
+    elif description.rebalancing:
+        click.echo(f"Consumer group '{group}' is rebalancing.", err=True)
+    print_kafka_description(description)
 
 
 @groups.command("delete", short_help="Delete inactive groups, or one topic of them.")
