@@ -3,8 +3,9 @@
 Commands (``aiozkconsumer COMMAND --help`` tells more)::
 
     consume            the console consumer (kafka-console-consumer.sh --zookeeper)
-    groups list        list consumer groups (kafka-consumer-groups.sh --list)
-    groups describe    offsets, lag and owners of a group (--describe)
+    groups list        list consumer groups (kafka-consumer-groups.sh --list); with
+                       --coordinator kafka, the Kafka-coordinated groups
+    groups describe    offsets, lag and owners of a group (--describe); likewise
     groups delete      delete inactive groups or a topic of them (--delete)
     offsets check      the ConsumerOffsetChecker view
     offsets export     write offsets to a file (ExportZkOffsets)
@@ -49,7 +50,8 @@ command-line tools, a demo, and provisioning of a local cluster.
 
 ZooKeeper is given with --zookeeper (or $AIOZKCONSUMER_ZOOKEEPER). Brokers are found under
 ZooKeeper's /brokers/ids unless --bootstrap-server is given (needed for KRaft clusters).
-Read commands take --output json.
+Kafka-coordinated groups (group.coordinator=kafka) are read with `groups list|describe
+--coordinator kafka --bootstrap-server ...`. Read commands take --output json.
 
 \b
 Exit statuses:
