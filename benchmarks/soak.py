@@ -10,7 +10,9 @@ Usage::
 
     .venv/bin/python benchmarks/soak.py --duration-s 1800 --seed 7 --records-per-s 500
 
-Prints the faults injected by kind, the records, the checker's summary and anomalies;
+Prints the faults injected by kind, the records, the hand-overs per fault kind (duplicates
+and duplicate window, max and p99, next to the bound ``docs/failure-semantics.md`` states),
+the sessions expired per ZooKeeper restart, the checker's summary and anomalies;
 writes ``soak.json`` (the report) into ``--out-dir``, next to the event files, the fault log
 and the schedule. Exit status 0 when the history is clean, 1 otherwise. Reproduce a failing
 run with the same ``--seed`` (the same faults are injected at the same offsets).
@@ -78,6 +80,8 @@ def _print_report(report: ChaosReport, wall_s: float) -> None:
         print(f"unexpected exit: {exit_}")
     for problem in report.harness_problems:
         print(f"harness problem: {problem}")
+    for line in report.fault_lines():
+        print(line)
     kinds = r.by_kind()
     print(
         f"anomalies: {len(r.anomalies)}"

@@ -24,7 +24,8 @@ from _support import Seen, drain
 from aiozkconsumer import ConnectorState, ConsumerConfig, ZookeeperConsumerConnector
 from aiozkconsumer.subscription import ConsumerThreadId
 from aiozkconsumer.testing import ChaosReport, FaultKind, LocalCluster, ProxyLink, run_chaos
-from aiozkconsumer.testing.chaos import FaultScheduler
+from aiozkconsumer.testing.chaos import ChaosConfig, Fault, FaultOutcome, FaultScheduler
+from aiozkconsumer.testing.history import CheckResult, Handover, InjectedFault, ZookeeperRestart
 
 SEED_ENV = "AIOZKCONSUMER_CHAOS_SEED"
 DEFAULT_SEED = 20251121
@@ -74,6 +75,95 @@ def test_schedule_is_a_function_of_the_seed() -> None:
     assert FAULT_PHASE_S / 3 <= len(first) <= FAULT_PHASE_S / 1.5  # one every ~2 s
     kinds = {line.split(" ", 2)[2].split(" ")[0] for line in first}
     assert {"kill", "pause", "expire", "restart", "cut"} <= kinds
+
+
+def test_ci_schedule_restarts_zookeeper_and_cuts_its_links() -> None:
+    """The hand-over bounds and the short-restart rule are judged on the CI run: its schedule
+    has ZooKeeper restarts, some shorter than T/2 (by plan; ZooKeeper's start adds to that),
+    and ZooKeeper link cuts, of one consumer and of every one."""
+    faults = FaultScheduler(
+        _seed(), consumers=CONSUMERS, brokers=[0], session_timeout_ms=SESSION_TIMEOUT_MS
+    ).plan(FAULT_PHASE_S)
+    restarts = [f for f in faults if f.kind is FaultKind.ZOOKEEPER_RESTART]
+    cuts = [f for f in faults if f.kind is FaultKind.ZOOKEEPER_LINK]
+    assert len(restarts) >= 2
+    assert any(f.duration_s < SESSION_TIMEOUT_MS / 1000 / 4 for f in restarts)
+    assert len(cuts) >= 10
+    assert {f.member is None for f in cuts} == {True, False}
+
+
+def _report(result: CheckResult, outcomes: tuple[FaultOutcome, ...] = ()) -> ChaosReport:
+    config = ChaosConfig(
+        duration_s=60, seed=1, session_timeout_ms=SESSION_TIMEOUT_MS, commit_interval_ms=500
+    )
+    return ChaosReport(
+        config=config,
+        topic="t",
+        group="g",
+        schedule=tuple(o.fault for o in outcomes),
+        outcomes=outcomes,
+        records=0,
+        acknowledged=0,
+        produce_failures=0,
+        incarnations=4,
+        unexpected_exits=(),
+        finished=True,
+        harness_problems=(),
+        last_fault_ts=0.0,
+        phases_s={},
+        result=result,
+        events_dir=Path("/nonexistent"),
+    )
+
+
+def test_report_prints_duplicates_per_handover_by_fault_kind_and_expiries_per_restart() -> None:
+    def handover(
+        kind: str | None, duplicates: int, window_s: float, bound: float | None
+    ) -> Handover:
+        return Handover("t", 0, "c0", "c1", 10.0, duplicates, window_s, (), kind, 1, bound)
+
+    handovers = (
+        *(handover("kill", n, n / 100, 0.75) for n in range(1, 101)),
+        handover("zookeeper_link", 300, 3.0, 2.75),
+        handover(None, 0, 0.0, None),
+    )
+    restart = Fault(3, 12.5, FaultKind.ZOOKEEPER_RESTART, duration_s=1.0)
+    outcome = FaultOutcome(restart, "injected", 100.0, 101.8, "ZooKeeper down 1.0 s")
+    result = CheckResult(
+        anomalies=[],
+        produced=0,
+        delivered=0,
+        distinct_delivered=0,
+        duplicates=0,
+        allowed_duplicates=0,
+        lost=0,
+        commits=0,
+        epochs=0,
+        incarnations=0,
+        crashes=0,
+        session_losses=1,
+        suspensions=0,
+        handovers=handovers,
+        zookeeper_restarts=(ZookeeperRestart(3, 100.0, 1.8, True, ("c2",), ("c2",)),),
+    )
+    report = _report(result, (outcome,))
+    lines = report.fault_lines()
+    text = "\n".join(lines)
+    kill = next(line for line in lines if line.strip().startswith("kill"))
+    assert "100 hand-overs" in kill and "duplicates max 100 p99 99" in kill
+    assert "window max 1.00 s p99 0.99 s (bound 0.75 s), 25 over the bound" in kill
+    link = next(line for line in lines if "zookeeper_link" in line)
+    assert "(bound 2.75 s), 1 over the bound" in link
+    assert "no fault" in text and "no stated bound" in text
+    assert "#3 @12.5s down 1.8 s (short): 1 expired (c2), 1 unexplained" in text
+    assert text in report.summary()
+    check = report.to_json()["check"]
+    assert check["handovers_by_fault"]["kill"]["exceeded"] == 25
+    assert check["zookeeper_restarts"][0]["sessions_expired"] == ["c2"]
+    # what the checker gets from the runner's fault log
+    hit = FaultOutcome(Fault(4, 20.0, FaultKind.PAUSE, member=1), "injected", 5.0, 9.0, "", ("c1",))
+    assert hit.injected() == InjectedFault("pause", 5.0, 9.0, frozenset({"c1"}), 4)
+    assert outcome.injected().members is None
 
 
 def test_schedule_never_expires_a_session_its_owner_cannot_hear() -> None:

@@ -15,8 +15,10 @@ import pytest
 from aiozkconsumer.testing.history import (
     AnomalyKind,
     CheckResult,
+    InjectedFault,
     ProducedLog,
     check_history,
+    duplicate_window_bound_s,
     load_events,
     load_produced_log,
 )
@@ -824,3 +826,217 @@ def test_member_cut_off_delivering_after_the_new_claim_overlaps() -> None:
     result = check(produced({0: 20}), _cut_off_history(late_delivery=True))
     assert AnomalyKind.OWNERSHIP_OVERLAP in kinds(result), result.summary()
     assert "a" in {a.member for a in result.by_kind()[AnomalyKind.OWNERSHIP_OVERLAP]}
+
+
+# -- duplicate window per hand-over (needs the fault log) ------------------------------------
+
+C_MS, T_MS = 500, 6000
+"""C = 0.5 s, T = 6 s: bounds C + ε = 0.75 s (kill, pause) and C + T/3 + ε = 2.75 s (link)."""
+
+
+def _handover_history(window_s: float, *, killed: bool) -> list[dict[str, Any]]:
+    """a commits 5, hands out 5..6 at 3 and 7..9 at ``3 + window_s``, then is cut off (its
+    session expires: b claims at 12) or killed (b claims at 12); b re-reads 5..9."""
+    late = 3 + window_s
+    events = [
+        startup(0, "a"),
+        assigned(1, "a", {0: -1}),
+        consumed(2, "a", 0, 0, 4),
+        committed(2.5, "a", {0: 5}),
+        consumed(3, "a", 0, 5, 6),
+        consumed(late, "a", 0, 7, 9),
+        assigned(12, "b", {0: 5}, session="0x9"),
+        consumed(12.5, "b", 0, 5, 19, session="0x9"),
+        committed(13, "b", {0: 20}, session="0x9"),
+    ]
+    if not killed:
+        events += [
+            state(late + 0.1, "a", "suspended"),
+            revoked(13, "a", [0], reason="session_lost"),
+            state(13, "a", "rebalancing", session=S2),
+            state(14, "a", "running", session=S2),
+        ]
+    return events
+
+
+def _fault(kind: str, start: float, end: float, *members: str, number: int = 1) -> InjectedFault:
+    return InjectedFault(kind, start, end, frozenset(members) if members else None, number)
+
+
+def _check_faults(
+    events: list[dict[str, Any]], faults: list[InjectedFault], sizes: dict[int, int] | None = None
+) -> CheckResult:
+    return check(
+        produced(sizes or {0: 20}),
+        events,
+        session_timeout_ms=T_MS,
+        commit_interval_ms=C_MS,
+        faults=faults,
+    )
+
+
+def test_duplicate_window_after_a_link_cut_within_its_bound_is_clean() -> None:
+    cut = _fault("zookeeper_link", 3.5, 12, "a")
+    result = _check_faults(_handover_history(0.9, killed=False), [cut])
+    assert result.ok, result.summary()
+    (h,) = result.handovers
+    assert (h.previous, h.next, h.duplicates, h.offsets) == ("a", "b", 5, (5, 6, 7, 8, 9))
+    assert (h.fault_kind, h.fault_number) == ("zookeeper_link", 1)
+    assert h.window_s == pytest.approx(0.9)
+    assert h.bound_s == pytest.approx(0.5 + 2 + 0.25)
+    assert not h.exceeded
+
+
+def test_duplicate_window_after_a_link_cut_beyond_its_bound_is_flagged() -> None:
+    cut = _fault("zookeeper_link", 6.5, 12, "a", number=7)
+    result = _check_faults(_handover_history(3.0, killed=False), [cut])
+    only(result, AnomalyKind.DUPLICATE_WINDOW_EXCEEDED)
+    (anomaly,) = result.anomalies
+    assert (anomaly.partition, anomaly.member, anomaly.ts, anomaly.count) == (0, "a", 12, 5)
+    assert "b claimed the partition from a after zookeeper_link #7" in anomaly.message
+    assert "3.000 s" in anomaly.message and "2.750 s" in anomaly.message
+
+
+def test_duplicate_window_after_a_kill_is_bounded_by_one_commit_interval() -> None:
+    def run(window_s: float) -> CheckResult:
+        kill = _fault("kill", 3 + window_s + 0.05, 5, "a")
+        return _check_faults(_handover_history(window_s, killed=True), [kill])
+
+    flagged = run(0.9)
+    only(flagged, AnomalyKind.DUPLICATE_WINDOW_EXCEEDED)
+    assert flagged.handovers[0].bound_s == pytest.approx(0.75)
+    clean = run(0.5)
+    assert clean.ok, clean.summary()
+    assert clean.handovers[0].fault_kind == "kill"
+
+
+def test_duplicate_window_after_a_pause_overlapping_a_link_cut_is_bounded_as_the_cut() -> None:
+    """a is cut off from ZooKeeper at 3.5, then paused at 4 (the last fault): the cut was
+    still in effect, and its looser bound applies."""
+    faults = [
+        _fault("zookeeper_link", 3.5, 12, "a", number=1),
+        _fault("pause", 5.5, 15, "a", number=2),
+    ]
+    result = _check_faults(_handover_history(2.0, killed=False), faults)
+    assert result.ok, result.summary()
+    assert result.handovers[0].fault_kind == "zookeeper_link"
+    alone = _check_faults(_handover_history(2.0, killed=False), faults[1:])
+    only(alone, AnomalyKind.DUPLICATE_WINDOW_EXCEEDED)
+
+
+def test_duplicate_window_is_not_judged_without_a_fault_log_or_a_stated_bound() -> None:
+    events = _handover_history(3.0, killed=False)
+    plain = check(produced({0: 20}), events)
+    assert plain.ok, plain.summary()
+    (h,) = plain.handovers
+    assert (h.fault_kind, h.bound_s, h.duplicates) == (None, None, 5)
+    assert h.window_s == pytest.approx(3.0)
+    # an expiry has no stated bound; a fault on another member, or one over before a's epoch
+    # began, does not apply
+    for fault in (
+        _fault("expire", 6.5, 7, "a"),
+        _fault("kill", 6.5, 7, "c"),
+        _fault("zookeeper_link", 0.1, 0.5, "a"),
+    ):
+        result = _check_faults(events, [fault])
+        assert result.ok, (fault, result.summary())
+
+
+def test_handovers_without_duplicates_are_listed() -> None:
+    log = produced({0: 10})
+    result = check(
+        log,
+        [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 4),
+            committed(3, "a", {0: 5}),
+            revoked(4, "a", [0]),
+            assigned(5, "b", {0: 5}),
+            consumed(6, "b", 0, 5, 9),
+        ],
+        commit_interval_ms=C_MS,
+        faults=[_fault("zookeeper_restart", 3.5, 4.5)],
+    )
+    assert result.ok, result.summary()
+    (h,) = result.handovers
+    assert (h.previous, h.next, h.duplicates, h.window_s) == ("a", "b", 0, 0.0)
+    assert h.fault_kind == "zookeeper_restart"
+
+
+def test_duplicate_window_bounds() -> None:
+    assert duplicate_window_bound_s("kill", 500, 6000) == pytest.approx(0.75)
+    assert duplicate_window_bound_s("pause", 500, 6000) == pytest.approx(0.75)
+    assert duplicate_window_bound_s("zookeeper_link", 500, 6000) == pytest.approx(2.75)
+    assert duplicate_window_bound_s("zookeeper_restart", 500, 6000) == pytest.approx(2.75)
+    assert duplicate_window_bound_s("expire", 500, 6000) is None
+    assert duplicate_window_bound_s(None, 500, 6000) is None
+
+
+# -- session expiry by a short ZooKeeper restart ---------------------------------------------
+
+
+def _restart_history() -> list[dict[str, Any]]:
+    """ZooKeeper is stopped at 10; a is suspended, and comes back at 14 with a new session."""
+    return [
+        startup(0, "a"),
+        assigned(1, "a", {0: -1}),
+        consumed(2, "a", 0, 0, 9),
+        committed(3, "a", {0: 10}),
+        state(10.1, "a", "suspended"),
+        revoked(14, "a", [0], reason="session_lost"),
+        state(14, "a", "rebalancing", session=S2),
+        assigned(14.5, "a", {0: 10}, session=S2, generation=2),
+        state(15, "a", "running", session=S2),
+    ]
+
+
+def test_session_expired_by_a_short_zookeeper_restart_is_flagged() -> None:
+    restart = _fault("zookeeper_restart", 10, 12, number=4)  # down 2 s < T/2 = 3 s
+    result = _check_faults(_restart_history(), [restart], sizes={0: 10})
+    only(result, AnomalyKind.SESSION_EXPIRED_BY_SHORT_ZOOKEEPER_RESTART)
+    (anomaly,) = result.anomalies
+    assert (anomaly.member, anomaly.ts) == ("a", 14)
+    assert "zookeeper_restart #4" in anomaly.message and "down 2.0 s" in anomaly.message
+    (r,) = result.zookeeper_restarts
+    assert (r.number, r.short, r.expired, r.unexplained) == (4, True, ("a",), ("a",))
+    assert r.downtime_s == pytest.approx(2)
+    (x,) = result.session_expiries
+    assert (x.member, x.old_session, x.new_session, x.suspended_since) == ("a", S1, S2, 10.1)
+
+
+def test_session_expired_by_a_long_zookeeper_restart_is_allowed() -> None:
+    restart = _fault("zookeeper_restart", 10, 13.5)  # down 3.5 s >= T/2
+    result = _check_faults(_restart_history(), [restart], sizes={0: 10})
+    assert result.ok, result.summary()
+    (r,) = result.zookeeper_restarts
+    assert (r.short, r.expired) == (False, ("a",))
+
+
+def test_session_expiry_another_fault_explains_is_not_blamed_on_a_short_restart() -> None:
+    restart = _fault("zookeeper_restart", 10, 12, number=1)
+    for other in (
+        _fault("pause", 6, 13.5, "a", number=2),
+        _fault("zookeeper_link", 11, 13, "a", number=2),
+        _fault("zookeeper_link", 11, 13, number=2),  # every consumer's link
+    ):
+        result = _check_faults(_restart_history(), [restart, other], sizes={0: 10})
+        assert result.ok, (other, result.summary())
+        assert result.zookeeper_restarts[0].unexplained == ()
+    # a fault on another member, or a broker fault, explains nothing
+    for other in (_fault("pause", 6, 13.5, "b"), _fault("broker_link", 11, 13, "a")):
+        result = _check_faults(_restart_history(), [restart, other], sizes={0: 10})
+        only(result, AnomalyKind.SESSION_EXPIRED_BY_SHORT_ZOOKEEPER_RESTART)
+
+
+def test_session_expiry_outside_a_short_restarts_window_is_not_flagged() -> None:
+    restart = _fault("zookeeper_restart", 0.5, 1.5)  # window ends 1.5 + 2 T = 13.5 < 14
+    result = _check_faults(_restart_history(), [restart], sizes={0: 10})
+    assert result.ok, result.summary()
+    assert result.zookeeper_restarts[0].expired == ()
+
+
+def test_short_restart_rule_needs_the_fault_log() -> None:
+    result = check(produced({0: 10}), _restart_history())
+    assert result.ok, result.summary()
+    assert result.zookeeper_restarts == ()
+    assert len(result.session_expiries) == 1

@@ -121,6 +121,47 @@ last event, before the kill, so they do not count.)
 ``consumed`` event names an offset that is not in the produced log, a ``first``/``last`` value
 that differs from the produced value at that offset, or a range that is empty or whose
 ``count`` is impossible.
+
+Rules that need the fault log
+-----------------------------
+
+Two more rules judge the history against the faults a nemesis injected, given as
+:class:`InjectedFault` records (``faults=``, from the chaos runner) together with the commit
+interval ``C`` (``commit_interval_ms=``) and the session timeout ``T``. A history checked
+without them is checked as above; the hand-overs are still listed (:attr:`CheckResult.
+handovers`), without a fault kind.
+
+*Hand-over*: an epoch E2 of a partition takes over from an earlier epoch E1 of it (any member,
+the same one after a session loss included). Its *duplicates* are the records E2 delivers again
+that E1 had delivered: each redelivered record is charged to the epoch that delivered it last
+before, so one claim may end several hand-overs' worth of duplicates (one per earlier
+deliverer); a claim without duplicates is a hand-over from the epoch that started last before it.
+Its *duplicate window* is the time span of E1's deliveries of those records, in seconds (the last
+one's hand-out time minus the first one's; ``handed_out_by`` where given, as for ownership). Its
+*fault* is the last fault injected on E1's member — or a ZooKeeper restart, which hits every
+member — that began before E2's claim and had not ended before E1 began (an older fault did not
+end E1). When faults on the member overlap, those still in effect when the last one began
+count too and the loosest bound applies (a member cut off from ZooKeeper, then paused, is
+bounded as a link cut).
+
+``duplicate_window_exceeded`` (the bound ``docs/failure-semantics.md`` states for each fault,
+:func:`duplicate_window_bound_s`): a hand-over whose duplicate window exceeds the bound of its
+fault kind, with ``D = T/3`` (how long a dead link takes to notice) and a scheduling tolerance
+``ε`` = :data:`DUPLICATE_WINDOW_TOLERANCE_S`: ``kill`` or ``pause`` (past the session
+timeout): ``C + ε``; ``zookeeper_link`` or ``zookeeper_restart``: ``C + D + ε``. Hand-overs
+after another fault (``expire``, broker faults) or after none have no stated bound and are
+listed, not judged.
+
+``session_expired_by_short_zookeeper_restart``: a ZooKeeper restart down for less than ``T/2``
+must expire no session (the server restores the sessions it knew, and their clients are back in
+time). A session change of a member (a later event carrying a new session id) seen within the
+restart's window — from when ZooKeeper was stopped to ``2 T`` after it served again: the server
+gives a restored session a full timeout, and the client then needs to reconnect and notice — is
+flagged unless another fault on that member that can end a session (a pause, an expiry, a
+ZooKeeper link cut, a ZooKeeper restart of ``T/2`` or more) was in effect between ``T`` before
+the restart and the session change. The downtime is the injector's span (``ended_ts -
+started_ts``): from before ZooKeeper was stopped to after it answered again, an upper bound, so
+a restart judged short was short.
 """
 
 from __future__ import annotations
@@ -136,12 +177,18 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DUPLICATE_WINDOW_TOLERANCE_S",
     "Anomaly",
     "AnomalyKind",
     "CheckResult",
+    "Handover",
+    "InjectedFault",
     "ProducedLog",
+    "SessionExpiry",
     "TopicPartitionKey",
+    "ZookeeperRestart",
     "check_history",
+    "duplicate_window_bound_s",
     "load_events",
     "load_produced_log",
 ]
@@ -154,6 +201,15 @@ _SAMPLE = 20
 
 _LOST_REASONS = frozenset({"session_lost", "crashed", "restarted"})
 """Epoch ends that do not say when ownership really ended (an expiry somewhere before)."""
+
+DUPLICATE_WINDOW_TOLERANCE_S = 0.25
+"""ε of the duplicate-window bounds: scheduling slack of a loaded test machine, seconds."""
+
+_ZOOKEEPER_RESTART = "zookeeper_restart"
+_BROKER_FAULTS = frozenset({"broker_restart"})
+"""Faults on a server other than ZooKeeper: not on any member."""
+_SESSION_ENDING = frozenset({"pause", "expire", "zookeeper_link"})
+"""Faults on a member, besides a long ZooKeeper restart, that can end its session."""
 
 
 class AnomalyKind(enum.StrEnum):
@@ -170,6 +226,8 @@ class AnomalyKind(enum.StrEnum):
     UNOWNED_DELIVERY = "unowned_delivery"
     LIVENESS = "liveness"
     INCONSISTENT = "inconsistent"
+    DUPLICATE_WINDOW_EXCEEDED = "duplicate_window_exceeded"
+    SESSION_EXPIRED_BY_SHORT_ZOOKEEPER_RESTART = "session_expired_by_short_zookeeper_restart"
 
 
 @dataclass(frozen=True)
@@ -203,6 +261,164 @@ class Anomaly:
 
 
 @dataclass(frozen=True)
+class InjectedFault:
+    """A fault a nemesis injected, as the checker needs it (the chaos runner's fault log).
+
+    Attributes:
+        kind: the fault's kind, a :class:`~aiozkconsumer.testing.chaos.FaultKind` value
+            (``"kill"``, ``"pause"``, ``"expire"``, ``"zookeeper_restart"``,
+            ``"broker_restart"``, ``"zookeeper_link"``, ``"broker_link"``); other kinds are
+            kept and have no bound.
+        started_ts: ``time.time()`` when the injection began.
+        ended_ts: ``time.time()`` when it was healed (for a kill: once the replacement ran).
+        members: the members (``member`` field of the events) it hit; ``None`` for every
+            member. Ignored for server restarts: a ZooKeeper restart hits every member, a
+            broker restart none.
+        number: its number in the schedule, for messages.
+    """
+
+    kind: str
+    started_ts: float
+    ended_ts: float
+    members: frozenset[str] | None = None
+    number: int | None = None
+
+    @property
+    def downtime_s(self) -> float:
+        """How long it lasted, seconds (a ZooKeeper restart's downtime, an upper bound)."""
+        return self.ended_ts - self.started_ts
+
+    def hits(self, member: str) -> bool:
+        """Whether the fault is on ``member`` (a ZooKeeper restart is on every member)."""
+        if self.kind == _ZOOKEEPER_RESTART:
+            return True
+        if self.kind in _BROKER_FAULTS:
+            return False
+        return self.members is None or member in self.members
+
+    def label(self) -> str:
+        """``"<kind> #<number>"`` (the number when known)."""
+        return self.kind if self.number is None else f"{self.kind} #{self.number}"
+
+
+def duplicate_window_bound_s(
+    kind: str | None, commit_interval_ms: int, session_timeout_ms: int
+) -> float | None:
+    """The longest duplicate window ``docs/failure-semantics.md`` allows after a fault.
+
+    With ``C`` the commit interval, ``T`` the session timeout, ``D = T/3`` (the time to
+    notice a dead link) and ``ε`` = :data:`DUPLICATE_WINDOW_TOLERANCE_S`, all in seconds:
+    ``kill`` / ``pause``: ``C + ε``; ``zookeeper_link`` / ``zookeeper_restart``:
+    ``C + D + ε`` (a ZooKeeper restart shorter than ``T/2`` should hand nothing over at
+    all: that is the ``session_expired_by_short_zookeeper_restart`` rule).
+
+    Args:
+        kind: the fault kind (a ``FaultKind`` value), ``None`` for no fault.
+        commit_interval_ms: ``C``, ms.
+        session_timeout_ms: ``T``, ms.
+
+    Returns:
+        The bound in seconds, or ``None`` for a kind without a stated bound (``expire``,
+        broker faults, no fault).
+    """
+    c, t = commit_interval_ms / 1000, session_timeout_ms / 1000
+    if kind in ("kill", "pause"):
+        return c + DUPLICATE_WINDOW_TOLERANCE_S
+    if kind in ("zookeeper_link", _ZOOKEEPER_RESTART):
+        return c + t / 3 + DUPLICATE_WINDOW_TOLERANCE_S
+    return None
+
+
+@dataclass(frozen=True)
+class Handover:
+    """One hand-over of a partition and its duplicates (see the module docstring).
+
+    Attributes:
+        topic: the topic.
+        partition: the partition.
+        previous: the member that owned it before (whose deliveries were repeated).
+        next: the member that claimed it.
+        ts: when the new owner claimed it (its ``assigned`` event).
+        duplicates: records the new owner delivered again that ``previous`` had delivered.
+        window_s: the duplicate window: last minus first hand-out time of ``previous``'s
+            deliveries of those records, seconds (0 without duplicates).
+        offsets: up to 20 of the duplicated offsets, ascending.
+        fault_kind: the kind of fault the hand-over is judged by; ``None`` when no fault log
+            was given or no fault applies.
+        fault_number: that fault's number in the schedule, if known.
+        bound_s: the bound for ``fault_kind`` (:func:`duplicate_window_bound_s`); ``None``
+            when not judged.
+    """
+
+    topic: str
+    partition: int
+    previous: str
+    next: str
+    ts: float
+    duplicates: int
+    window_s: float
+    offsets: tuple[int, ...] = ()
+    fault_kind: str | None = None
+    fault_number: int | None = None
+    bound_s: float | None = None
+
+    @property
+    def exceeded(self) -> bool:
+        """Whether the window exceeds its bound."""
+        return self.bound_s is not None and self.window_s > self.bound_s
+
+    def fault_label(self) -> str:
+        """``"<kind> #<number>"``, ``"<kind>"``, or ``"no fault"``."""
+        if self.fault_kind is None:
+            return "no fault"
+        return (
+            self.fault_kind
+            if self.fault_number is None
+            else f"{self.fault_kind} #{self.fault_number}"
+        )
+
+
+@dataclass(frozen=True)
+class SessionExpiry:
+    """A member's ZooKeeper session replaced by a new one (the old one expired).
+
+    Attributes:
+        member: the member.
+        ts: when the history first shows the new session.
+        old_session: the session that expired.
+        new_session: the session that replaced it.
+        suspended_since: when the member's ``state: suspended`` before it was written, if any.
+    """
+
+    member: str
+    ts: float
+    old_session: Any
+    new_session: Any
+    suspended_since: float | None = None
+
+
+@dataclass(frozen=True)
+class ZookeeperRestart:
+    """One injected ZooKeeper restart and the sessions that expired in its window.
+
+    Attributes:
+        number: the fault's number in the schedule, if known.
+        started_ts: when ZooKeeper was being stopped.
+        downtime_s: how long until it answered again, seconds (an upper bound).
+        short: whether it was shorter than half a session timeout (no session may expire).
+        expired: members whose session changed within its window, in time order.
+        unexplained: those of ``expired`` no other fault explains (flagged when ``short``).
+    """
+
+    number: int | None
+    started_ts: float
+    downtime_s: float
+    short: bool
+    expired: tuple[str, ...] = ()
+    unexplained: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class CheckResult:
     """What :func:`check_history` found.
 
@@ -221,6 +437,12 @@ class CheckResult:
             running when the history was taken).
         session_losses: times a member's ZooKeeper session was replaced (expiry).
         suspensions: ``state: suspended`` events (connection lost, maybe resumed).
+        handovers: every hand-over, in claim order, with its duplicates, window and (given
+            the fault log) fault kind and bound.
+        session_expiries: every session replacement (:attr:`session_losses` of them), in
+            time order.
+        zookeeper_restarts: the injected ZooKeeper restarts and the sessions expired in each
+            one's window (empty without a fault log).
     """
 
     anomalies: list[Anomaly]
@@ -236,6 +458,9 @@ class CheckResult:
     crashes: int
     session_losses: int
     suspensions: int
+    handovers: tuple[Handover, ...] = ()
+    session_expiries: tuple[SessionExpiry, ...] = ()
+    zookeeper_restarts: tuple[ZookeeperRestart, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -413,6 +638,8 @@ class _Partition:
     index: dict[int, int]
     deliveries: list[int]
     last_epoch: list[int]
+    last_ts: list[float]
+    """When each record was last handed out (``last_epoch`` did it)."""
     max_delivered: int = -1
 
     @classmethod
@@ -424,6 +651,7 @@ class _Partition:
             index={o: i for i, o in enumerate(offsets)},
             deliveries=[0] * len(offsets),
             last_epoch=[-1] * len(offsets),
+            last_ts=[math.nan] * len(offsets),
         )
 
     def first_index_at_or_after(self, offset: int) -> int:
@@ -505,12 +733,23 @@ class _Checker:
         session_timeout_ms: int,
         last_fault_ts: float | None,
         liveness_slack_s: float,
+        commit_interval_ms: int | None = None,
+        faults: Sequence[InjectedFault] | None = None,
     ) -> None:
         self.produced = produced
         self.partitions = {tp: _Partition.build(pairs) for tp, pairs in produced.records.items()}
+        self.session_timeout_ms = session_timeout_ms
         self.session_timeout_s = session_timeout_ms / 1000
         self.last_fault_ts = last_fault_ts
         self.liveness_slack_s = liveness_slack_s
+        self.commit_interval_ms = commit_interval_ms
+        self.faults = None if faults is None else list(faults)
+        self.expiries: list[SessionExpiry] = []
+        self.handovers: list[Handover] = []
+        self.restarts: list[ZookeeperRestart] = []
+        # (previous epoch id, next epoch id): [(offset, previous hand-out time)] of the
+        # records the next epoch delivered again after the previous one
+        self._redelivered: dict[tuple[int, int], list[tuple[int, float]]] = {}
         self.anomalies: list[Anomaly] = []
         self.incarnations: list[_Incarnation] = []
         self.current: dict[str, _Incarnation] = {}
@@ -570,6 +809,9 @@ class _Checker:
             if kind != "revoked" and session is not None:
                 if inc.session is not None and session != inc.session:
                     self.session_losses += 1
+                    self.expiries.append(
+                        SessionExpiry(inc.member, ts, inc.session, session, inc.suspended_since)
+                    )
                     self.close_all(inc, self.session_lost_end(inc, ts), "session_lost")
                     inc.suspended_since = None
                 inc.session = session
@@ -658,6 +900,10 @@ class _Checker:
                     offsets=(log.offsets[index],),
                     **where,
                 )
+        # ``handed_out_by``: the latest the records can have been handed out (the end of the
+        # session lease they were handed out under); the event itself may be written later,
+        # by a member frozen in between.
+        delivered = min(ts, float(event.get("handed_out_by", ts)))
         epoch = inc.open.get(tp)
         if epoch is None:
             self.flag(
@@ -670,13 +916,9 @@ class _Checker:
             )
         else:
             self.check_continuity(epoch, log, first, last, ts, where)
-            # ``handed_out_by``: the latest the records can have been handed out (the end of
-            # the session lease they were handed out under); the event itself may be written
-            # later, by a member frozen in between.
-            delivered = min(ts, float(event.get("handed_out_by", ts)))
             epoch.last_delivery_ts = delivered
             self.deliveries.append(_Delivery(delivered, epoch, inc.member, low, high))
-        self.count_deliveries(epoch, log, first, last, ts)
+        self.count_deliveries(epoch, log, first, last, ts, delivered)
 
     def check_continuity(
         self,
@@ -734,22 +976,35 @@ class _Checker:
         return epoch.claim_offset if epoch.claim_offset >= 0 else epoch.group_commit
 
     def count_deliveries(
-        self, epoch: _Epoch | None, log: _Partition, first: int, last: int, ts: float
+        self,
+        epoch: _Epoch | None,
+        log: _Partition,
+        first: int,
+        last: int,
+        ts: float,
+        delivered: float,
     ) -> None:
         epoch_id = epoch.id if epoch is not None else -1
         floor = epoch.group_commit if epoch is not None else -1
         deliveries, last_epoch, offsets = log.deliveries, log.last_epoch, log.offsets
+        last_ts = log.last_ts
         for i in range(first, last + 1):
             if deliveries[i]:
                 self.duplicates += 1
-                if epoch is not None and last_epoch[i] != epoch_id:
+                previous = last_epoch[i]
+                if epoch is not None and previous != epoch_id:
                     if offsets[i] >= floor:
                         self.allowed_duplicates += 1
                     else:
                         self._bad_duplicates.setdefault(epoch_id, []).append(offsets[i])
                         self._bad_duplicate_ts.setdefault(epoch_id, ts)
+                    if previous >= 0:
+                        self._redelivered.setdefault((previous, epoch_id), []).append(
+                            (offsets[i], last_ts[i])
+                        )
             deliveries[i] += 1
             last_epoch[i] = epoch_id
+            last_ts[i] = delivered
         self.delivered += last - first + 1
         log.max_delivered = max(log.max_delivered, last)
 
@@ -821,6 +1076,9 @@ class _Checker:
         self.check_lost()
         if self.last_fault_ts is not None:
             self.check_liveness(self.last_fault_ts)
+        self.check_handovers()
+        if self.faults is not None:
+            self.check_zookeeper_restarts(self.faults)
 
     def check_ownership(self) -> None:
         by_tp: dict[TopicPartitionKey, list[_Epoch]] = {}
@@ -900,6 +1158,145 @@ class _Checker:
                 ts=deadline,
             )
 
+    def check_handovers(self) -> None:
+        by_tp: dict[TopicPartitionKey, list[_Epoch]] = {}
+        for epoch in self.epochs:
+            by_tp.setdefault(epoch.tp, []).append(epoch)
+        predecessor: dict[int, _Epoch] = {}
+        for epochs in by_tp.values():
+            epochs.sort(key=lambda e: (e.start, e.id))
+            for before, after in zip(epochs, epochs[1:], strict=False):
+                predecessor[after.id] = before
+        with_duplicates = {next_id for _, next_id in self._redelivered}
+        handovers = [
+            self.handover(self.epochs[prev_id], self.epochs[next_id], pairs)
+            for (prev_id, next_id), pairs in self._redelivered.items()
+        ]
+        handovers.extend(
+            self.handover(before, self.epochs[after_id], [])
+            for after_id, before in predecessor.items()
+            if after_id not in with_duplicates
+        )
+        handovers.sort(key=lambda h: (h.ts, h.topic, h.partition, h.previous))
+        self.handovers = handovers
+        for h in handovers:
+            if not h.exceeded:
+                continue
+            assert h.bound_s is not None and self.commit_interval_ms is not None
+            self.flag(
+                AnomalyKind.DUPLICATE_WINDOW_EXCEEDED,
+                f"{h.next} claimed the partition from {h.previous} after {h.fault_label()} "
+                f"and delivered again {h.duplicates} records "
+                f"{h.previous} had handed out over {h.window_s:.3f} s; the bound for "
+                f"{h.fault_kind} is {h.bound_s:.3f} s (C={self.commit_interval_ms / 1000:g} s, "
+                f"T={self.session_timeout_s:g} s)",
+                topic=h.topic,
+                partition=h.partition,
+                member=h.previous,
+                ts=h.ts,
+                offsets=h.offsets,
+                count=h.duplicates,
+            )
+
+    def handover(
+        self, previous: _Epoch, nxt: _Epoch, pairs: Sequence[tuple[int, float]]
+    ) -> Handover:
+        times = [t for _, t in pairs if not math.isnan(t)]
+        fault = self.fault_of(previous, nxt.start)
+        bound = None
+        if fault is not None and self.commit_interval_ms is not None:
+            bound = duplicate_window_bound_s(
+                fault.kind, self.commit_interval_ms, self.session_timeout_ms
+            )
+        return Handover(
+            topic=nxt.tp[0],
+            partition=nxt.tp[1],
+            previous=previous.member,
+            next=nxt.member,
+            ts=nxt.start,
+            duplicates=len(pairs),
+            window_s=max(times) - min(times) if times else 0.0,
+            offsets=_sample(sorted(o for o, _ in pairs)),
+            fault_kind=fault.kind if fault is not None else None,
+            fault_number=fault.number if fault is not None else None,
+            bound_s=bound,
+        )
+
+    def fault_of(self, previous: _Epoch, at: float) -> InjectedFault | None:
+        """The fault a hand-over at ``at`` from ``previous`` is judged by (module docstring)."""
+        if not self.faults:
+            return None
+        candidates = [
+            f
+            for f in self.faults
+            if f.hits(previous.member) and f.started_ts < at and f.ended_ts >= previous.start
+        ]
+        if not candidates:
+            return None
+        last = max(candidates, key=lambda f: f.started_ts)
+        in_effect = [last] + [
+            f for f in candidates if f is not last and f.started_ts <= last.started_ts <= f.ended_ts
+        ]
+        if self.commit_interval_ms is None:
+            return last
+        c, t = self.commit_interval_ms, self.session_timeout_ms
+        unbounded = [f for f in in_effect if duplicate_window_bound_s(f.kind, c, t) is None]
+        if unbounded:
+            return max(unbounded, key=lambda f: f.started_ts)
+        return max(
+            in_effect,
+            key=lambda f: (duplicate_window_bound_s(f.kind, c, t) or 0.0, f.started_ts),
+        )
+
+    def check_zookeeper_restarts(self, faults: Sequence[InjectedFault]) -> None:
+        t = self.session_timeout_s
+        restarts = sorted(
+            (f for f in faults if f.kind == _ZOOKEEPER_RESTART), key=lambda f: f.started_ts
+        )
+        for r in restarts:
+            short = r.downtime_s < t / 2
+            window_end = r.ended_ts + 2 * t
+            expired = [x for x in self.expiries if r.started_ts <= x.ts <= window_end]
+            unexplained = [x for x in expired if not self.expiry_explained(x, r, faults)]
+            self.restarts.append(
+                ZookeeperRestart(
+                    number=r.number,
+                    started_ts=r.started_ts,
+                    downtime_s=r.downtime_s,
+                    short=short,
+                    expired=tuple(x.member for x in expired),
+                    unexplained=tuple(x.member for x in unexplained),
+                )
+            )
+            if not short:
+                continue
+            for x in unexplained:
+                self.flag(
+                    AnomalyKind.SESSION_EXPIRED_BY_SHORT_ZOOKEEPER_RESTART,
+                    f"session {x.old_session} was replaced by {x.new_session} "
+                    f"{x.ts - r.started_ts:.1f} s after {r.label()} began; ZooKeeper was down "
+                    f"{r.downtime_s:.1f} s, less than T/2 = {t / 2:g} s: no session may expire",
+                    member=x.member,
+                    ts=x.ts,
+                )
+
+    def expiry_explained(
+        self, expiry: SessionExpiry, restart: InjectedFault, faults: Sequence[InjectedFault]
+    ) -> bool:
+        """Whether a fault on the member other than ``restart`` can have ended its session."""
+        t = self.session_timeout_s
+        return any(
+            f is not restart
+            and f.hits(expiry.member)
+            and (
+                f.kind in _SESSION_ENDING
+                or (f.kind == _ZOOKEEPER_RESTART and f.downtime_s >= t / 2)
+            )
+            and f.started_ts <= expiry.ts
+            and f.ended_ts >= restart.started_ts - t
+            for f in faults
+        )
+
     def result(self) -> CheckResult:
         distinct = sum(1 for log in self.partitions.values() for n in log.deliveries if n)
         produced = len(self.produced)
@@ -917,6 +1314,9 @@ class _Checker:
             crashes=sum(1 for inc in self.incarnations if not inc.shut_down),
             session_losses=self.session_losses,
             suspensions=self.suspensions,
+            handovers=tuple(self.handovers),
+            session_expiries=tuple(self.expiries),
+            zookeeper_restarts=tuple(self.restarts),
         )
 
 
@@ -927,6 +1327,8 @@ def check_history(
     session_timeout_ms: int,
     last_fault_ts: float | None = None,
     liveness_slack_s: float = 5,
+    commit_interval_ms: int | None = None,
+    faults: Sequence[InjectedFault] | None = None,
 ) -> CheckResult:
     """Check a history of a consumer group against the produced log.
 
@@ -938,11 +1340,19 @@ def check_history(
         events: every member's events (dicts as written by the verifiable consumer), in time
             order, as :func:`load_events` returns them. Events of other topics are checked
             as records absent from the produced log (``inconsistent``).
-        session_timeout_ms: ``zookeeper.session.timeout.ms`` of the members, for liveness.
+        session_timeout_ms: ``zookeeper.session.timeout.ms`` of the members (``T``), for
+            liveness and the fault-log rules.
         last_fault_ts: ``time.time()`` of the last fault (kill, expiry, ...) once it was
             done; ``None`` skips the liveness rule.
         liveness_slack_s: seconds allowed beyond the session timeout (rebalance backoff,
             retries, process start), default 5.
+        commit_interval_ms: how often the members commit (``auto.commit.interval.ms``, or
+            the verifiable consumer's ``--commit-interval-ms``: ``C``); with ``faults``, it
+            enables ``duplicate_window_exceeded``. Default ``None``: not judged.
+        faults: the faults injected (:class:`InjectedFault`), in any order; enables
+            ``session_expired_by_short_zookeeper_restart`` and gives each hand-over its
+            fault kind. Default ``None``: neither (the history is checked as without a
+            nemesis log; an empty list means "no fault was injected").
 
     Returns:
         The anomalies found and the history's counts.
@@ -960,7 +1370,14 @@ def check_history(
             for (topic, partition), pairs in produced_log.items()
             for offset, value in pairs
         )
-    checker = _Checker(produced_log, session_timeout_ms, last_fault_ts, liveness_slack_s)
+    checker = _Checker(
+        produced_log,
+        session_timeout_ms,
+        last_fault_ts,
+        liveness_slack_s,
+        commit_interval_ms=commit_interval_ms,
+        faults=faults,
+    )
     checker.run(events)
     checker.finish()
     return checker.result()

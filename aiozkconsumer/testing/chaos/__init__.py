@@ -30,9 +30,16 @@ substrate.
 gives the same faults at the same offsets, so a failing run is reproduced by running again
 with its seed. The schedule is logged before the run starts and written to
 ``<events_dir>/schedule.txt``; what each fault did (injected, or skipped because its target
-was busy) goes to ``<events_dir>/faults.jsonl``. (What the servers and processes do in
-between is up to the machine: a reproduction re-injects the same faults, not the same
-interleaving.)
+was busy) and which consumer processes it hit goes to ``<events_dir>/faults.jsonl``. (What the
+servers and processes do in between is up to the machine: a reproduction re-injects the same
+faults, not the same interleaving.)
+
+The check gets that fault log and the commit interval and session timeout, so it also judges
+every hand-over's duplicate window against the bound for the fault that caused it and flags a
+session expired by a ZooKeeper restart shorter than half a session timeout (see
+:mod:`aiozkconsumer.testing.history`); the report lists the hand-overs' duplicates per fault
+kind (max and p99, next to the bound) and the sessions expired per ZooKeeper restart
+(:meth:`ChaosReport.fault_lines`).
 
 The package is split by job: :mod:`~aiozkconsumer.testing.chaos.schedule` (the fault kinds
 and the seeded scheduler, pure), :mod:`~aiozkconsumer.testing.chaos.report` (the run's
@@ -54,7 +61,12 @@ import anyio
 
 from aiozkconsumer.errors import ConsumerError
 from aiozkconsumer.testing.chaos._runner import Run, stderr_tail
-from aiozkconsumer.testing.chaos.report import ChaosConfig, ChaosReport, FaultOutcome
+from aiozkconsumer.testing.chaos.report import (
+    ChaosConfig,
+    ChaosReport,
+    FaultOutcome,
+    HandoverStats,
+)
 from aiozkconsumer.testing.chaos.schedule import (
     DEFAULT_WEIGHTS,
     Fault,
@@ -72,6 +84,7 @@ __all__ = [
     "FaultKind",
     "FaultOutcome",
     "FaultScheduler",
+    "HandoverStats",
     "run_chaos",
 ]
 
@@ -281,6 +294,8 @@ async def run_chaos(
     if missing:
         run.problems.append(f"{missing} acknowledged records are not in the topic (broker?)")
     events = load_events(*(m.events for m in run.members if m.events.exists()))
+    # Faults that failed half-way may still have hit something: they count too.
+    injected = [o.injected() for o in run.outcomes.values() if o.status != "skipped"]
     result = await anyio.to_thread.run_sync(
         lambda: check_history(
             produced,
@@ -288,6 +303,8 @@ async def run_chaos(
             session_timeout_ms=session_timeout_ms,
             last_fault_ts=last_fault_ts,
             liveness_slack_s=liveness_slack_s,
+            commit_interval_ms=config.commit_interval_ms,
+            faults=injected,
         )
     )
     phase("check")

@@ -89,6 +89,8 @@ class Member:
     events: Path
     proc: asyncio.subprocess.Process
     tail: Tail
+    spawned_ts: float = 0.0
+    """``time.time()`` when the process was started."""
     expected_exit: bool = False
     started: bool = False
     state: str | None = None
@@ -168,6 +170,7 @@ class Run:
             processing_delay_ms=cfg.processing_delay_ms,
         )
         argv += ["--log-level", cfg.consumer_log_level]
+        spawned_ts = time.time()
         with (self.events_dir / f"{name}.stderr").open("wb") as err:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -176,7 +179,7 @@ class Run:
                 stderr=err,
                 preexec_fn=make_preexec(),
             )
-        member = Member(slot, number, name, events, proc, Tail(events))
+        member = Member(slot, number, name, events, proc, Tail(events), spawned_ts)
         self.members.append(member)
         self.slots[slot] = member
         log.info("started consumer %s (pid %d)", name, proc.pid)
@@ -363,6 +366,27 @@ class Run:
         level = logging.WARNING if outcome.status == "failed" else logging.INFO
         log.log(level, "fault %s: %s %s", outcome.fault, outcome.status, outcome.detail)
 
+    def members_hit(
+        self, fault: Fault, before: Mapping[int, Member], started: float
+    ) -> tuple[str, ...] | None:
+        """The consumer processes a fault hit (``None``: a server restart, on no member).
+
+        ``before`` is the slots' processes when the fault began. A process fault hits the
+        one in its slot then; a link fault also hits the processes started in its slots
+        while the link was cut (a kill's replacement uses the same link).
+        """
+        if fault.kind in (FaultKind.ZOOKEEPER_RESTART, FaultKind.BROKER_RESTART):
+            return None
+        slots = range(self.config.consumers) if fault.member is None else (fault.member,)
+        names = [before[s].name for s in slots if s in before]
+        if fault.kind in (FaultKind.ZOOKEEPER_LINK, FaultKind.BROKER_LINK):
+            names += [
+                m.name
+                for m in self.members
+                if m.slot in slots and m.spawned_ts >= started and m.name not in names
+            ]
+        return tuple(names)
+
     async def inject(self, fault: Fault) -> None:
         """Inject one fault and heal it; skip it if what it needs is busy."""
         started = time.time()
@@ -371,6 +395,7 @@ class Run:
             busy = ", ".join(sorted(needs & self.busy))
             self.record(FaultOutcome(fault, "skipped", started, started, f"busy: {busy}"))
             return
+        before = dict(self.slots)
         self.busy |= needs
         status: Literal["injected", "skipped", "failed"] = "injected"
         detail = ""
@@ -382,7 +407,8 @@ class Run:
             status, detail = "failed", repr(e)[:_DETAIL_CHARS]
         finally:
             self.busy -= needs
-            self.record(FaultOutcome(fault, status, started, time.time(), detail))
+            hit = self.members_hit(fault, before, started)
+            self.record(FaultOutcome(fault, status, started, time.time(), detail, hit))
 
     async def _inject(self, fault: Fault) -> str:
         kind = fault.kind

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from aiozkconsumer.testing.chaos.schedule import DEFAULT_WEIGHTS, Fault, FaultKind
-from aiozkconsumer.testing.history import CheckResult
+from aiozkconsumer.testing.history import (
+    CheckResult,
+    Handover,
+    InjectedFault,
+    duplicate_window_bound_s,
+)
 
-__all__ = ["ChaosConfig", "ChaosReport", "FaultOutcome"]
+__all__ = ["ChaosConfig", "ChaosReport", "FaultOutcome", "HandoverStats"]
+
+_NO_FAULT = "no fault"
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,8 @@ class FaultOutcome:
         started_ts: ``time.time()`` when it started.
         ended_ts: ``time.time()`` when it was healed (or given up).
         detail: a few words: what was hit, why it was skipped, the error.
+        members: the consumer processes (event ``member`` names) it hit; ``None`` for a
+            server restart (and for a fault skipped as busy).
     """
 
     fault: Fault
@@ -32,6 +42,17 @@ class FaultOutcome:
     started_ts: float
     ended_ts: float
     detail: str = ""
+    members: tuple[str, ...] | None = None
+
+    def injected(self) -> InjectedFault:
+        """The fault as the history checker takes it (``check_history(faults=...)``)."""
+        return InjectedFault(
+            kind=self.fault.kind.value,
+            started_ts=self.started_ts,
+            ended_ts=self.ended_ts,
+            members=None if self.members is None else frozenset(self.members),
+            number=self.fault.number,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The outcome as a JSON-serializable dict."""
@@ -41,6 +62,91 @@ class FaultOutcome:
             "started_ts": self.started_ts,
             "ended_ts": self.ended_ts,
             "detail": self.detail,
+            "members": None if self.members is None else list(self.members),
+        }
+
+
+def _p99(values: Sequence[float]) -> float:
+    """The 99th percentile, nearest rank (0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+@dataclass(frozen=True)
+class HandoverStats:
+    """The hand-overs after one kind of fault: duplicates and duplicate windows.
+
+    Attributes:
+        kind: the fault kind (a :class:`FaultKind` value), or ``"no fault"``.
+        handovers: how many.
+        duplicates_max: most records one hand-over delivered again.
+        duplicates_p99: 99th percentile of that (nearest rank).
+        window_max_s: longest duplicate window, seconds.
+        window_p99_s: 99th percentile of the windows, seconds.
+        bound_s: the window's bound for the kind; ``None``: no stated bound.
+        exceeded: hand-overs whose window exceeds the bound.
+    """
+
+    kind: str
+    handovers: int
+    duplicates_max: int
+    duplicates_p99: float
+    window_max_s: float
+    window_p99_s: float
+    bound_s: float | None
+    exceeded: int
+
+    @classmethod
+    def by_kind(
+        cls, handovers: Sequence[Handover], commit_interval_ms: int, session_timeout_ms: int
+    ) -> list[HandoverStats]:
+        """One entry per fault kind with hand-overs: kinds in :class:`FaultKind` order, then
+        ``"no fault"``."""
+        grouped: dict[str, list[Handover]] = {}
+        for h in handovers:
+            grouped.setdefault(h.fault_kind or _NO_FAULT, []).append(h)
+        order = [k.value for k in FaultKind] + [_NO_FAULT]
+        stats = []
+        for kind in sorted(grouped, key=lambda k: order.index(k) if k in order else len(order)):
+            hs = grouped[kind]
+            bound = duplicate_window_bound_s(
+                None if kind == _NO_FAULT else kind, commit_interval_ms, session_timeout_ms
+            )
+            stats.append(
+                cls(
+                    kind=kind,
+                    handovers=len(hs),
+                    duplicates_max=max(h.duplicates for h in hs),
+                    duplicates_p99=_p99([h.duplicates for h in hs]),
+                    window_max_s=max(h.window_s for h in hs),
+                    window_p99_s=_p99([h.window_s for h in hs]),
+                    bound_s=bound,
+                    exceeded=sum(1 for h in hs if h.exceeded),
+                )
+            )
+        return stats
+
+    def __str__(self) -> str:
+        bound = "no stated bound" if self.bound_s is None else f"bound {self.bound_s:.2f} s"
+        over = f", {self.exceeded} over the bound" if self.exceeded else ""
+        return (
+            f"{self.kind:<18} {self.handovers:>4} hand-overs: duplicates max {self.duplicates_max}"
+            f" p99 {self.duplicates_p99:g}; window max {self.window_max_s:.2f} s"
+            f" p99 {self.window_p99_s:.2f} s ({bound}){over}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The statistics as a JSON-serializable dict."""
+        return {
+            "handovers": self.handovers,
+            "duplicates_max": self.duplicates_max,
+            "duplicates_p99": self.duplicates_p99,
+            "window_max_s": round(self.window_max_s, 3),
+            "window_p99_s": round(self.window_p99_s, 3),
+            "bound_s": None if self.bound_s is None else round(self.bound_s, 3),
+            "exceeded": self.exceeded,
         }
 
 
@@ -180,6 +286,41 @@ class ChaosReport:
                 counts[o.fault.kind.value] = counts.get(o.fault.kind.value, 0) + 1
         return counts
 
+    def handover_stats(self) -> list[HandoverStats]:
+        """Duplicates and duplicate windows of the hand-overs, per fault kind."""
+        return HandoverStats.by_kind(
+            self.result.handovers, self.config.commit_interval_ms, self.config.session_timeout_ms
+        )
+
+    def fault_lines(self) -> list[str]:
+        """Hand-overs per fault kind next to their bounds, and sessions expired per ZooKeeper
+        restart (for :meth:`summary` and a soak's console)."""
+        t = self.config.session_timeout_ms / 1000
+        lines = [
+            f"hand-overs by fault kind (C={self.config.commit_interval_ms / 1000:g} s, "
+            f"T={t:g} s; window = span of the previous owner's deliveries of the duplicates):"
+        ]
+        stats = self.handover_stats()
+        lines.extend(f"  {s}" for s in stats)
+        if not stats:
+            lines.append("  none")
+        at = {f.number: f.at_s for f in self.schedule}
+        restarts = self.result.zookeeper_restarts
+        lines.append(
+            f"ZooKeeper restarts: sessions expired (none may when down < T/2 = {t / 2:g} s):"
+        )
+        for r in restarts:
+            when = f" @{at[r.number]:.1f}s" if r.number in at else ""
+            names = f" ({', '.join(r.expired)})" if r.expired else ""
+            blamed = f", {len(r.unexplained)} unexplained" if r.short and r.unexplained else ""
+            lines.append(
+                f"  #{r.number}{when} down {r.downtime_s:.1f} s{' (short)' if r.short else ''}: "
+                f"{len(r.expired)} expired{names}{blamed}"
+            )
+        if not restarts:
+            lines.append("  none")
+        return lines
+
     @property
     def ok(self) -> bool:
         """No anomaly, no unexpected exit, the group finished, and the run was conclusive."""
@@ -205,6 +346,7 @@ class ChaosReport:
         ]
         lines.extend(f"unexpected exit: {e}" for e in self.unexpected_exits)
         lines.extend(f"harness problem: {p}" for p in self.harness_problems)
+        lines.extend(self.fault_lines())
         lines.append(self.result.summary())
         lines.append(f"events: {self.events_dir}")
         lines.append(f"reproduce: AIOZKCONSUMER_CHAOS_SEED={self.seed} (or --seed {self.seed})")
@@ -245,6 +387,17 @@ class ChaosReport:
                 "suspensions": r.suspensions,
                 "anomalies": {k.value: len(v) for k, v in r.by_kind().items()},
                 "anomaly_list": [str(a) for a in r.anomalies],
+                "handovers_by_fault": {s.kind: s.to_json() for s in self.handover_stats()},
+                "zookeeper_restarts": [
+                    {
+                        "number": z.number,
+                        "downtime_s": round(z.downtime_s, 3),
+                        "short": z.short,
+                        "sessions_expired": list(z.expired),
+                        "unexplained": list(z.unexplained),
+                    }
+                    for z in r.zookeeper_restarts
+                ],
             },
             "events_dir": str(self.events_dir),
         }
