@@ -366,7 +366,7 @@ async def test_metrics_follow_the_originals_names(
         registry = CollectorRegistry()
         registry.register(c.metrics.collector())
         text = generate_latest(registry).decode()
-        assert "kafka_consumer_consumer_topic_metrics_messages_total" in text
+        assert "kafka_consumer_topic_messages_total" in text
         tg.cancel_scope.cancel()
     assert len(c.metrics) == 0  # removed on shutdown (KAFKA-1567)
 

@@ -1,4 +1,8 @@
-"""ConsumerMetrics: Yammer-style meters/timers/gauges, the original's names, Prometheus export."""
+"""ConsumerMetrics: Yammer-style meters/timers/gauges, the original's names, Prometheus export.
+
+The export is checked against a restatement of promlint (``promtool check metrics`` is not
+available to the tests).
+"""
 
 from __future__ import annotations
 
@@ -16,10 +20,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import aiozkconsumer.metrics
 from aiozkconsumer.metrics import (
+    PROMETHEUS_FAMILIES,
     ConsumerMetrics,
+    MetricName,
     PrometheusCollector,
+    PrometheusFamily,
     prometheus_family,
 )
+from aiozkconsumer.metrics.specs import SPECS
+
+SPEC_BY_NAME = {spec.name: spec for spec in SPECS.values()}
 
 
 class FakeClock:
@@ -349,7 +359,211 @@ def test_remove_all_removes_every_consumer_metric(metrics: ConsumerMetrics) -> N
     assert metrics.messages_per_sec("t") is not meter
 
 
-# ---- Prometheus -------------------------------------------------------------------------
+# ---- Prometheus: a promlint equivalent --------------------------------------------------
+
+# Prometheus' promlint (`promtool check metrics`, client_golang testutil/promlint), restated:
+# its unit tables and the abbreviations it refuses.
+_BASE_UNITS = {"amperes", "bytes", "celsius", "grams", "joules", "kelvin", "meters", "metres"}
+_BASE_UNITS |= {"seconds", "volts"}
+_NON_BASE_UNITS = {
+    "minutes": "seconds",
+    "hours": "seconds",
+    "days": "seconds",
+    "weeks": "seconds",
+    "kelvins": "kelvin",
+    "fahrenheit": "celsius",
+    "rankine": "celsius",
+    "inches": "meters",
+    "yards": "meters",
+    "miles": "meters",
+    "bits": "bytes",
+    "calories": "joules",
+    "pounds": "grams",
+    "ounces": "grams",
+}
+_UNIT_PREFIXES = ("pico", "nano", "micro", "milli", "centi", "deci", "deca", "hecto", "kilo")
+_UNIT_PREFIXES += ("kibi", "mega", "mibi", "giga", "gibi", "tera", "tebi", "peta", "pebi")
+_ABBREVIATIONS = {"s", "ms", "us", "ns", "sec", "b", "kb", "mb", "gb", "tb", "pb", "m", "h", "d"}
+_TYPES_IN_NAMES = ("counter", "gauge", "histogram", "summary", "gauge_histogram")
+_SNAKE_CASE = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def _unit(name: str) -> tuple[str, str] | None:
+    """The first unit word of a metric name and its base unit, as promlint's ``metricUnits``."""
+    units = {**{u: u for u in _BASE_UNITS}, **_NON_BASE_UNITS}
+    for word in name.split("_"):
+        if word in units:
+            return word, units[word]
+        for prefix in _UNIT_PREFIXES:
+            if word.startswith(prefix) and word[len(prefix) :] in units:
+                return word, units[word[len(prefix) :]]
+    return None
+
+
+def _promlint(text: str) -> list[str]:
+    """promlint's problems with an exposition, plus this project's own rules.
+
+    Every family is parsed with ``text_string_to_metric_families``. The parser strips a
+    counter's ``_total`` from the family's name and adds it to its samples' names whatever the
+    exposition said, so the name promtool lints is the one of the family's ``# TYPE`` line.
+    """
+    problems: list[str] = []
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    names: list[str] = []
+    declared = set(re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE))
+    for family in text_string_to_metric_families(text):
+        kind = family.type
+        exposed = f"{family.name}_total" if f"{family.name}_total" in declared else family.name
+        names.append(exposed)
+
+        def problem(message: str, name: str = exposed) -> None:
+            problems.append(f"{name}: {message}")
+
+        if not family.documentation.strip():
+            problem("no help text")
+        if kind == "counter" and not exposed.endswith("_total"):
+            problem('counter metrics should have "_total" suffix')
+        if kind not in ("counter", "unknown") and exposed.endswith("_total"):
+            problem('non-counter metrics should not have "_total" suffix')
+        if kind not in ("gauge", "unknown") and exposed.endswith("_timestamp_seconds"):
+            problem('non-gauge metrics should not have "_timestamp_seconds" suffix')
+        if kind != "histogram" and exposed.endswith("_bucket"):
+            problem('non-histogram metrics should not have "_bucket" suffix')
+        for suffix in ("_count", "_sum"):
+            if kind not in ("histogram", "summary") and exposed.endswith(suffix):
+                problem(f'non-histogram and non-summary metrics should not have "{suffix}" suffix')
+        for typename in _TYPES_IN_NAMES:
+            if f"_{typename}_" in exposed or exposed.endswith(f"_{typename}"):
+                problem(f"metric name should not include type '{typename}'")
+        if ":" in exposed:
+            problem("metric names should not contain ':'")
+        if not _SNAKE_CASE.match(exposed):
+            problem("metric names should be written in 'snake_case'")
+        for abbreviation in _ABBREVIATIONS:
+            if f"_{abbreviation}_" in exposed or exposed.endswith(f"_{abbreviation}"):
+                problem("metric names should not contain abbreviated units")
+        unit = _unit(exposed)
+        if unit is not None and unit[0] != unit[1]:
+            problem(f"use base unit {unit[1]!r} instead of {unit[0]!r}")
+        # This project's rules: a unit is the name's suffix (before _total); no summaries,
+        # whose quantiles cannot be aggregated; one prefix, never kafka_server_.
+        if unit is not None and not exposed.removesuffix("_total").endswith(f"_{unit[0]}"):
+            problem(f"the unit {unit[0]!r} should be the name's suffix")
+        if kind == "summary" or any("quantile" in s.labels for s in family.samples):
+            problem("a summary with quantiles: use a histogram")
+        if exposed.startswith("kafka_server_") or not exposed.startswith("kafka_consumer_"):
+            problem("consumer metrics are named kafka_consumer_*")
+        for sample in family.samples:
+            for label in sample.labels:
+                if not _SNAKE_CASE.match(label):
+                    problem(f"label names should be written in 'snake_case': {label}")
+                if label == "le" and kind != "histogram":
+                    problem('non-histogram metrics should not have "le" label')
+                if label == "quantile" and kind != "summary":
+                    problem('non-summary metrics should not have "quantile" label')
+            key = (sample.name, tuple(sorted(sample.labels.items())))
+            if key in seen:
+                problem(f"duplicate series {key}")
+            seen.add(key)
+    problems.extend(f"{n}: duplicate family" for n in {n for n in names if names.count(n) > 1})
+    return problems
+
+
+def _populate(metrics: ConsumerMetrics) -> None:
+    """Every metric the connector creates, with values (as a connector would after a while)."""
+    for topic, n in (("orders", 3), ("payments", 5)):
+        metrics.messages_per_sec(topic).mark(n)
+        metrics.messages_per_sec().mark(n)
+        metrics.bytes_per_sec(topic).mark(100 * n)
+        metrics.bytes_per_sec().mark(100 * n)
+        metrics.owned_partitions_count(topic, lambda: 1)
+        metrics.fetch_queue_size(topic, 0, lambda: 2)
+        metrics.consumer_lag(topic, 0, lambda: 12)
+    metrics.owned_partitions_count(None, lambda: 2)
+    metrics.zookeeper_commits_per_sec().mark(2)
+    metrics.kafka_commits_per_sec().mark(1)
+    metrics.rebalance_rate_and_time().update(42.0)
+    metrics.record_fetch("127.0.0.1:9092", 5.0, 1024, 0.0)
+    metrics.record_fetch("127.0.0.2:9092", 150.0, 0, 20.0)
+    metrics.max_lag()
+    metrics.min_fetch_rate()
+
+
+def test_promlint_finds_the_problems_of_the_old_names() -> None:
+    old = """\
+# HELP kafka_consumer_zookeeper_consumer_connector_rebalance_ms Rebalances.
+# TYPE kafka_consumer_zookeeper_consumer_connector_rebalance_ms summary
+kafka_consumer_zookeeper_consumer_connector_rebalance_ms{client_id="C",quantile="0.5"} 20.0
+kafka_consumer_zookeeper_consumer_connector_rebalance_ms_count{client_id="C"} 3.0
+kafka_consumer_zookeeper_consumer_connector_rebalance_ms_sum{client_id="C"} 60.0
+# HELP kafka_server_fetcher_lag_metrics_consumer_lag Lag.
+# TYPE kafka_server_fetcher_lag_metrics_consumer_lag gauge
+kafka_server_fetcher_lag_metrics_consumer_lag{clientId="C"} 12.0
+# HELP kafka_consumer_zookeeper_consumer_connector_owned_partitions_count Owned.
+# TYPE kafka_consumer_zookeeper_consumer_connector_owned_partitions_count gauge
+kafka_consumer_zookeeper_consumer_connector_owned_partitions_count{client_id="C"} 4.0
+# HELP kafka_consumer_fetch_milliseconds Fetches.
+# TYPE kafka_consumer_fetch_milliseconds counter
+kafka_consumer_fetch_milliseconds{client_id="C"} 4.0
+# HELP kafka_consumer_bytes_total_gauge
+# TYPE kafka_consumer_bytes_total_gauge gauge
+kafka_consumer_bytes_total_gauge 1.0
+"""
+    problems = "\n".join(_promlint(old))
+    rebalance = "kafka_consumer_zookeeper_consumer_connector_rebalance_ms"
+    assert f"{rebalance}: metric names should not contain abbreviated units" in problems
+    assert f"{rebalance}: a summary with quantiles: use a histogram" in problems
+    lag = "kafka_server_fetcher_lag_metrics_consumer_lag"
+    assert f"{lag}: consumer metrics are named kafka_consumer_*" in problems
+    assert f"{lag}: label names should be written in 'snake_case': clientId" in problems
+    owned = "kafka_consumer_zookeeper_consumer_connector_owned_partitions_count"
+    assert f'{owned}: non-histogram and non-summary metrics should not have "_count"' in problems
+    fetch = "kafka_consumer_fetch_milliseconds"
+    assert f'{fetch}: counter metrics should have "_total" suffix' in problems
+    assert f"{fetch}: use base unit 'seconds' instead of 'milliseconds'" in problems
+    gauge = "kafka_consumer_bytes_total_gauge"
+    assert f"{gauge}: no help text" in problems
+    assert f"{gauge}: metric name should not include type 'gauge'" in problems
+    assert f"{gauge}: the unit 'bytes' should be the name's suffix" in problems
+
+
+def test_exposition_is_promlint_clean(clock: FakeClock) -> None:
+    a = ConsumerMetrics("a", "G", clock=clock)
+    b = ConsumerMetrics("b", "", clock=clock)
+    _populate(a)
+    _populate(b)
+    text = _scrape(a, b)
+    assert _promlint(text) == []
+    families = {f.name: f.type for f in text_string_to_metric_families(text)}
+    expected = {
+        prometheus_family(m.metric_name) for m in a if prometheus_family(m.metric_name) is not None
+    }
+    assert set(families) == expected
+    assert len(families) == len(PROMETHEUS_FAMILIES)  # every family, each once
+    assert "summary" not in families.values()
+    assert not any(name.endswith("_created") for name in families)
+
+
+@pytest.mark.parametrize(
+    ("original", "family"),
+    [pytest.param(original, f, id=f.name) for (original, _), f in PROMETHEUS_FAMILIES.items()],
+)
+def test_each_family_is_named_by_the_rules(original: str, family: PrometheusFamily) -> None:
+    assert family.name.startswith("kafka_consumer_")
+    assert family.name.endswith("_total") == (family.type == "counter")
+    assert (SPEC_BY_NAME[original].kind == "meter") == (family.type == "counter")
+    if SPEC_BY_NAME[original].kind == "timer":
+        assert family.type == "histogram" and family.name.endswith("_seconds")
+        assert family.divisor == 1000.0
+    if original == "FetchResponseSize":
+        assert family.type == "histogram" and family.name.endswith("_bytes")
+    assert list(family.buckets) == sorted(family.buckets)
+    assert bool(family.buckets) == (family.type == "histogram")
+    assert all(_SNAKE_CASE.match(label) for label in family.labels)
+    assert family.labels[0] == "client_id"
+
+
+# ---- Prometheus: values -----------------------------------------------------------------
 
 
 def _scrape(*registries: ConsumerMetrics) -> str:
@@ -366,87 +580,130 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-def test_prometheus_exposition_names_and_labels(metrics: ConsumerMetrics) -> None:
-    metrics.messages_per_sec("orders").mark(3)
-    metrics.messages_per_sec().mark(3)
-    metrics.zookeeper_commits_per_sec().mark(2)
-    for ms in (10, 20, 30):
-        metrics.rebalance_rate_and_time().update(ms)
-    metrics.fetch_request_rate_and_time("127.0.0.1:9092").update(5)
-    metrics.fetch_response_size("127.0.0.1:9092").update(1024)
-    metrics.owned_partitions_count(None, lambda: 4)
-    metrics.owned_partitions_count("orders", lambda: 4)
-    metrics.fetch_queue_size("orders", 1, lambda: 2)
-    metrics.consumer_lag("orders", 0, lambda: 12)
-    metrics.max_lag()
-
-    registry = CollectorRegistry()
-    registry.register(metrics.collector())
-    text = generate_latest(registry).decode()
-    samples = _samples(text)
-
-    c, g = ("client_id", "C"), ("group_id", "G")
-    topic = ("topic", "orders")
-    assert samples[("kafka_consumer_consumer_topic_metrics_messages_total", (c, topic))] == 3
-    assert samples[("kafka_consumer_consumer_topic_metrics_messages_total", (c,))] == 3
-    zcc = "kafka_consumer_zookeeper_consumer_connector"
-    assert samples[(f"{zcc}_zookeeper_commits_total", (c,))] == 2
-    assert samples[(f"{zcc}_rebalance_ms_count", (c,))] == 3
-    assert samples[(f"{zcc}_rebalance_ms_sum", (c,))] == 60
-    assert samples[(f"{zcc}_rebalance_ms", (c, ("quantile", "0.5")))] == 20
-    assert samples[(f"{zcc}_owned_partitions_count", (c, g))] == 4
-    assert samples[(f"{zcc}_owned_partitions_count", (c, g, topic))] == 4
-    assert samples[(f"{zcc}_fetch_queue_size", (c, ("thread_id", "1"), topic))] == 2
-    broker = ("broker", "127.0.0.1:9092")
-    frr = "kafka_consumer_fetch_request_and_response_metrics"
-    assert samples[(f"{frr}_fetch_request_ms_count", (broker, c))] == 1
-    assert samples[(f"{frr}_fetch_response_size_bytes_sum", (broker, c))] == 1024
-    lag = ("kafka_server_fetcher_lag_metrics_consumer_lag", (c, ("partition", "0"), topic))
-    assert samples[lag] == 12
-    assert samples[("kafka_consumer_consumer_fetcher_manager_max_lag", (c,))] == 12
-
-    assert f"# TYPE {zcc}_rebalance_ms summary" in text
-    assert "# TYPE kafka_consumer_consumer_topic_metrics_messages_total counter" in text
-    assert "# TYPE kafka_server_fetcher_lag_metrics_consumer_lag gauge" in text
-    assert "RebalanceRateAndTime" in text  # HELP names the original metric
+def _family(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    return [
+        (s.labels, s.value)
+        for f in text_string_to_metric_families(text)
+        if f.name == name
+        for s in f.samples
+    ]
 
 
-def test_prometheus_family_names_are_legal_and_derived_from_the_mbean(
+def test_sum_over_the_per_topic_family_is_the_all_topics_value(
     metrics: ConsumerMetrics,
 ) -> None:
-    metrics.messages_per_sec()
-    metrics.bytes_per_sec()
-    metrics.zookeeper_commits_per_sec()
-    metrics.kafka_commits_per_sec()
-    metrics.rebalance_rate_and_time()
-    metrics.fetch_request_rate_and_time()
-    metrics.fetch_request_throttle_rate_and_time()
-    metrics.fetch_response_size()
-    metrics.owned_partitions_count(None, lambda: 0)
-    metrics.fetch_queue_size("t", 0, lambda: 0)
-    metrics.consumer_lag("t", 0, lambda: 0)
-    metrics.max_lag()
-    metrics.min_fetch_rate()
-    families = {prometheus_family(m.metric_name) for m in metrics}
-    assert families == {
-        "kafka_consumer_consumer_topic_metrics_messages",
-        "kafka_consumer_consumer_topic_metrics_bytes",
-        "kafka_consumer_zookeeper_consumer_connector_zookeeper_commits",
-        "kafka_consumer_zookeeper_consumer_connector_kafka_commits",
-        "kafka_consumer_zookeeper_consumer_connector_rebalance_ms",
-        "kafka_consumer_fetch_request_and_response_metrics_fetch_request_ms",
-        "kafka_consumer_fetch_request_and_response_metrics_fetch_request_throttle_ms",
-        "kafka_consumer_fetch_request_and_response_metrics_fetch_response_size_bytes",
-        "kafka_consumer_zookeeper_consumer_connector_owned_partitions_count",
-        "kafka_consumer_zookeeper_consumer_connector_fetch_queue_size",
-        "kafka_server_fetcher_lag_metrics_consumer_lag",
-        "kafka_consumer_consumer_fetcher_manager_max_lag",
-        "kafka_consumer_consumer_fetcher_manager_min_fetch_rate",
-    }
-    legal = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-    assert all(legal.match(f) for f in families)
+    # As ConsumerIterator: each record marks its topic's meter and the all-topics meter.
+    for topic, records in (("orders", 7), ("payments", 5), ("orders", 2)):
+        metrics.messages_per_sec(topic).mark(records)
+        metrics.messages_per_sec().mark(records)
+        metrics.bytes_per_sec(topic).mark(10 * records)
+        metrics.bytes_per_sec().mark(10 * records)
     text = _scrape(metrics)
-    assert {f.name for f in text_string_to_metric_families(text)} == families
+    for all_topics, per_topic in (
+        ("kafka_consumer_messages", "kafka_consumer_topic_messages"),
+        ("kafka_consumer_bytes", "kafka_consumer_topic_bytes"),
+    ):
+        total = _family(text, all_topics)
+        topics = _family(text, per_topic)
+        assert [labels for labels, _ in total] == [{"client_id": "C"}]
+        assert sorted(labels["topic"] for labels, _ in topics) == ["orders", "payments"]
+        # sum(kafka_consumer_topic_messages_total) == kafka_consumer_messages_total
+        assert sum(value for _, value in topics) == total[0][1]
+    per_topic_messages = _family(text, "kafka_consumer_topic_messages")
+    assert {labels["topic"]: value for labels, value in per_topic_messages} == {
+        "orders": 9,
+        "payments": 5,
+    }
+    assert _family(text, "kafka_consumer_messages") == [({"client_id": "C"}, 14)]
+
+
+def test_timers_are_histograms_in_seconds(metrics: ConsumerMetrics, clock: FakeClock) -> None:
+    timer = metrics.rebalance_rate_and_time()
+    with timer.time():
+        clock.advance(0.25)
+    with timer.time():
+        clock.advance(0.75)
+    timer.update(-1)  # ignored, as by the snapshot
+    metrics.fetch_response_size().update(0)
+    metrics.fetch_response_size().update(3000)
+    samples = _samples(_scrape(metrics))
+    c = ("client_id", "C")
+    rebalance = "kafka_consumer_rebalance_duration_seconds"
+    assert samples[(f"{rebalance}_count", (c,))] == 2
+    assert samples[(f"{rebalance}_sum", (c,))] == pytest.approx(1.0)
+    assert samples[(f"{rebalance}_bucket", (c, ("le", "0.1")))] == 0
+    assert samples[(f"{rebalance}_bucket", (c, ("le", "0.25")))] == 1
+    assert samples[(f"{rebalance}_bucket", (c, ("le", "1.0")))] == 2
+    assert samples[(f"{rebalance}_bucket", (c, ("le", "+Inf")))] == 2
+    size = "kafka_consumer_fetch_response_size_bytes"
+    assert samples[(f"{size}_bucket", (c, ("le", "0.0")))] == 1  # empty responses
+    assert samples[(f"{size}_bucket", (c, ("le", "4096.0")))] == 2
+    assert samples[(f"{size}_sum", (c,))] == 3000
+    # The snapshot keeps the original's milliseconds and percentiles.
+    assert timer.attributes()["Max"] == pytest.approx(750.0)
+
+
+def test_prometheus_series_names_and_labels(metrics: ConsumerMetrics) -> None:
+    _populate(metrics)
+    samples = _samples(_scrape(metrics))
+    c, g = ("client_id", "C"), ("group_id", "G")
+    orders = ("topic", "orders")
+    assert samples[("kafka_consumer_zookeeper_commits_total", (c,))] == 2
+    assert samples[("kafka_consumer_kafka_commits_total", (c,))] == 1
+    assert samples[("kafka_consumer_owned_partitions", (c, g))] == 2
+    assert samples[("kafka_consumer_topic_owned_partitions", (c, g, orders))] == 1
+    assert samples[("kafka_consumer_fetch_queue_chunks", (c, ("thread_id", "0"), orders))] == 2
+    lag = ("kafka_consumer_fetch_lag_records", (c, ("partition", "0"), orders))
+    assert samples[lag] == 12
+    assert samples[("kafka_consumer_max_fetch_lag_records", (c,))] == 12
+    broker = ("broker", "127.0.0.2:9092")
+    per_broker = "kafka_consumer_broker_fetch_request_duration_seconds"
+    assert samples[(f"{per_broker}_sum", (broker, c))] == pytest.approx(0.15)
+    assert samples[("kafka_consumer_fetch_request_duration_seconds_count", (c,))] == 2
+    throttle = "kafka_consumer_broker_fetch_throttle_duration_seconds"
+    assert samples[(f"{throttle}_sum", (broker, c))] == pytest.approx(0.02)
+    assert not any("min_fetch_rate" in name for name, _ in samples)  # a client-side rate
+
+
+def test_help_names_the_original_metric(metrics: ConsumerMetrics) -> None:
+    metrics.rebalance_rate_and_time().update(1)
+    metrics.consumer_lag("t", 0, lambda: 1)
+    helps = {f.name: f.documentation for f in text_string_to_metric_families(_scrape(metrics))}
+    assert helps["kafka_consumer_rebalance_duration_seconds"].endswith(
+        "Originally kafka.consumer:type=ZookeeperConsumerConnector,name=RebalanceRateAndTime."
+    )
+    assert (
+        "kafka.server:type=FetcherLagMetrics,name=ConsumerLag"
+        in (helps["kafka_consumer_fetch_lag_records"])
+    )
+
+
+def test_prometheus_and_snapshot_count_the_same_events(metrics: ConsumerMetrics) -> None:
+    meter = metrics.kafka_commits_per_sec()
+    for n in (1, 3, 0):
+        meter.mark(n)
+    meter.mark(-2)  # a Yammer meter took it; a Prometheus counter only goes up
+    timer = metrics.fetch_request_rate_and_time("h:1")
+    for ms in (1, 2, 3):
+        timer.update(ms)
+    samples = _samples(_scrape(metrics))
+    assert samples[("kafka_consumer_kafka_commits_total", (("client_id", "C"),))] == 4
+    assert meter.count == 2
+    key = (("broker", "h:1"), ("client_id", "C"))
+    assert samples[("kafka_consumer_broker_fetch_request_duration_seconds_count", key)] == 3
+    assert metrics.snapshot()[timer.mbean_name]["Count"] == 3
+
+
+def test_every_metric_but_min_fetch_rate_has_a_family(metrics: ConsumerMetrics) -> None:
+    _populate(metrics)
+    families = {m.metric_name.name: prometheus_family(m.metric_name) for m in metrics}
+    assert families.pop("MinFetchRate") is None
+    assert None not in families.values()
+    assert prometheus_family(metrics.messages_per_sec("t").metric_name) == (
+        "kafka_consumer_topic_messages"  # a counter's family, without _total
+    )
+    with pytest.raises(KeyError):
+        prometheus_family(MetricName("kafka.consumer", "Nope", "Nope", ()))
 
 
 def test_one_collector_for_several_consumers_exposes_each_family_once(
@@ -457,40 +714,95 @@ def test_one_collector_for_several_consumers_exposes_each_family_once(
     a.kafka_commits_per_sec().mark(1)
     b.kafka_commits_per_sec().mark(2)
     text = _scrape(a, b)
-    family = "kafka_consumer_zookeeper_consumer_connector_kafka_commits"
+    family = "kafka_consumer_kafka_commits"
     assert text.count(f"# TYPE {family}_total counter") == 1
     samples = _samples(text)
     assert samples[(f"{family}_total", (("client_id", "a"),))] == 1
     assert samples[(f"{family}_total", (("client_id", "b"),))] == 2
 
 
+def test_each_connector_has_a_registry_of_its_own(clock: FakeClock) -> None:
+    a = ConsumerMetrics("same", clock=clock)
+    b = ConsumerMetrics("same", clock=clock)  # no global state: no duplicate-name error
+    a.messages_per_sec().mark(1)
+    assert _family(_scrape(b), "kafka_consumer_messages") == []
+    assert _family(_scrape(a), "kafka_consumer_messages") == [({"client_id": "same"}, 1)]
+
+
 def test_removed_metrics_leave_the_exposition(metrics: ConsumerMetrics) -> None:
     lag = metrics.consumer_lag("t", 0, lambda: 1)
+    meter = metrics.messages_per_sec("t")
+    meter.mark(5)
     registry = CollectorRegistry()
     registry.register(metrics.collector())
-    assert "consumer_lag{" in generate_latest(registry).decode()
+    assert "kafka_consumer_fetch_lag_records{" in generate_latest(registry).decode()
     metrics.remove(lag)
-    assert "consumer_lag{" not in generate_latest(registry).decode()
+    assert "kafka_consumer_fetch_lag_records" not in generate_latest(registry).decode()
+    metrics.remove(meter)
+    meter.mark(1)  # still held (by a stream, say): counts unseen
+    metrics.messages_per_sec("t").mark(2)  # a new meter, a new series from 0
+    assert _family(generate_latest(registry).decode(), "kafka_consumer_topic_messages") == [
+        ({"client_id": "C", "topic": "t"}, 2)
+    ]
     metrics.remove_all()
     assert generate_latest(registry).decode() == ""
 
 
-def test_collector_without_prometheus_client_names_the_extra(
-    metrics: ConsumerMetrics, monkeypatch: pytest.MonkeyPatch
+def test_a_failing_gauge_reads_nan_in_the_exposition(metrics: ConsumerMetrics) -> None:
+    def broken() -> float:
+        raise RuntimeError("queue gone")
+
+    metrics.fetch_queue_size("t", 0, broken)
+    [(_, value)] = _family(_scrape(metrics), "kafka_consumer_fetch_queue_chunks")
+    assert math.isnan(value)
+
+
+def test_without_prometheus_client_only_the_collector_fails(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "prometheus_client.core", None)
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    metrics = ConsumerMetrics("C", clock=clock)
+    metrics.messages_per_sec().mark(2)
+    metrics.rebalance_rate_and_time().update(3)
+    metrics.consumer_lag("t", 0, lambda: 1)
+    assert metrics.snapshot()[metrics.messages_per_sec().mbean_name]["Count"] == 2
+    metrics.remove_all()
     with pytest.raises(ImportError, match=r"aiozkconsumer\[prometheus\]"):
         metrics.collector()
+
+
+def test_docs_map_every_original_name_to_its_family() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    row = re.compile(r"^\| `(\w+)` \|([\w ]*)\| `(\w+)` \| (\w+) \| (.*) \|$", re.MULTILINE)
+    documented = {(m[1], m[3], m[4], m[5]) for m in row.finditer(text)}
+    expected = {
+        (original, f.name, f.type, ", ".join(f"`{label}`" for label in f.labels))
+        for (original, _), f in PROMETHEUS_FAMILIES.items()
+    }
+    assert documented == expected
+    originals = {spec.name for spec in SPECS.values()}
+    assert {m[0] for m in documented} == originals - {"MinFetchRate"}
+    assert "| `MinFetchRate` | | — | — |" in text
 
 
 # ---- the package ------------------------------------------------------------------------
 
 
-def _imported_modules(module: str) -> set[str]:
-    """Top-level names of every module a metrics submodule imports (``.x`` for relative)."""
+def _tree(module: str) -> ast.Module:
     source = Path(aiozkconsumer.metrics.__file__).with_name(f"{module}.py").read_text()
+    return ast.parse(source)
+
+
+def _imported_modules(module: str, *, top_level_only: bool = False) -> set[str]:
+    """Top-level names of the modules a metrics submodule imports (``.x`` for relative).
+
+    With ``top_level_only``, only the imports run when the module is imported (not those in a
+    function or under ``if TYPE_CHECKING:``).
+    """
+    tree = _tree(module)
+    nodes: list[ast.AST] = list(tree.body) if top_level_only else list(ast.walk(tree))
     names: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in nodes:
         if isinstance(node, ast.Import):
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -504,13 +816,13 @@ def test_instruments_import_only_the_standard_library() -> None:
     assert {name for name in imported if name not in sys.stdlib_module_names} == set()
 
 
-def test_registry_and_prometheus_import_no_client_library() -> None:
-    registry = _imported_modules("registry")
-    prometheus = _imported_modules("prometheus")
-    allowed = {".instruments", ".prometheus", ".registry", ".specs", "prometheus_client"}
-    for imported in (registry, prometheus):
-        assert {n for n in imported if n not in sys.stdlib_module_names} <= allowed
-    assert "prometheus_client" not in registry  # imported lazily, by the collector only
+@pytest.mark.parametrize("module", ["instruments", "specs", "registry", "prometheus", "__init__"])
+def test_prometheus_client_is_imported_only_when_instruments_are_made(module: str) -> None:
+    top = _imported_modules(module, top_level_only=True)
+    allowed = {".instruments", ".prometheus", ".registry", ".specs", "."}
+    assert {n for n in top if n not in sys.stdlib_module_names} <= allowed
+    everywhere = _imported_modules(module)
+    assert ("prometheus_client" in everywhere) == (module == "prometheus")
 
 
 @pytest.mark.parametrize("name", aiozkconsumer.metrics.__all__)

@@ -15,13 +15,19 @@ Kinds, as Yammer's (metrics-core 2.2):
 - :class:`Timer`: a meter of events plus a histogram of their durations in milliseconds.
 - :class:`Gauge`: a callable read when the gauge is read (snapshot, Prometheus scrape).
 
+These serve the original's names and JMX attributes (``ConsumerMetrics.snapshot()``); the
+Prometheus export does not read them but keeps ``prometheus_client`` instruments of its own.
+A meter, histogram or timer passes each mark or update on to its :attr:`~Meter.observer` when
+it has one, which is how the registry feeds those instruments without this module knowing them.
+
 The hot path is cheap and lock-free (the connector runs in one event loop): ``Meter.mark``
 adds to a counter; ``Timer.update`` / ``Histogram.update`` add to a counter and a sum and
-append to a bounded deque. Rates are brought up to date lazily when read; events marked since
-the last read are attributed to the first 5-second tick that elapsed, so a meter read less
-often than every 5 s decays slightly differently from Yammer's ticker thread (they agree when
-it is read at least every 5 s). Reads (``snapshot()``, rate properties, Prometheus collection)
-hold the registry's lock, so a Prometheus exporter thread and the event loop can both read.
+append to a bounded deque (plus, each, one call of the observer). Rates are brought up to date
+lazily when read; events marked since the last read are attributed to the first 5-second tick
+that elapsed, so a meter read less often than every 5 s decays slightly differently from
+Yammer's ticker thread (they agree when it is read at least every 5 s). Reads (``snapshot()``,
+rate properties) hold the registry's lock, so an exporter thread and the event loop can both
+read.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ __all__ = [
     "Meter",
     "Metric",
     "MetricName",
+    "Observer",
     "Tags",
     "Timer",
     "quantile",
@@ -82,6 +89,9 @@ GaugeFn: TypeAlias = Callable[[], float]
 
 Tags: TypeAlias = tuple[tuple[str, str], ...]
 """A metric's ``(key, value)`` tags, in order."""
+
+Observer: TypeAlias = Callable[[float], None]
+"""Called with each mark (the number of events) or update (the value) of an instrument."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,13 +172,24 @@ class Metric:
 class Meter(Metric):
     """Events counted with 1/5/15-minute moving average rates (Yammer's ``Meter``).
 
-    ``mark()`` is the hot path: it only adds to :attr:`count`.
+    ``mark()`` is the hot path: it adds to :attr:`count` and calls the observer.
 
     Attributes:
         count: events marked since creation.
+        observer: called with ``n`` on each ``mark(n)``, or ``None``.
     """
 
-    __slots__ = ("_clock", "_counted", "_last_tick", "_m1", "_m15", "_m5", "_start", "count")
+    __slots__ = (
+        "_clock",
+        "_counted",
+        "_last_tick",
+        "_m1",
+        "_m15",
+        "_m5",
+        "_start",
+        "count",
+        "observer",
+    )
 
     kind = "meter"
 
@@ -181,10 +202,13 @@ class Meter(Metric):
         self._m1 = _EWMA(_M1_ALPHA)
         self._m5 = _EWMA(_M5_ALPHA)
         self._m15 = _EWMA(_M15_ALPHA)
+        self.observer: Observer | None = None
 
     def mark(self, n: int = 1) -> None:
-        """Record ``n`` events (cheap: one addition)."""
+        """Record ``n`` events (cheap: one addition, and the observer's call)."""
         self.count += n
+        if self.observer is not None:
+            self.observer(n)
 
     def _tick(self) -> None:
         """Apply every 5-second tick that elapsed since the last one (caller holds the lock)."""
@@ -270,9 +294,10 @@ class Histogram(Metric):
     Attributes:
         count: values recorded since creation.
         sum: sum of every value recorded since creation.
+        observer: called with each value recorded, or ``None``.
     """
 
-    __slots__ = ("_window", "count", "sum")
+    __slots__ = ("_window", "count", "observer", "sum")
 
     kind = "histogram"
 
@@ -281,12 +306,15 @@ class Histogram(Metric):
         self.count = 0
         self.sum = 0.0
         self._window: collections.deque[float] = collections.deque(maxlen=reservoir_size)
+        self.observer: Observer | None = None
 
     def update(self, value: float) -> None:
-        """Record one value (cheap: two additions and a bounded append)."""
+        """Record one value (cheap: two additions, a bounded append and the observer's call)."""
         self.count += 1
         self.sum += value
         self._window.append(value)
+        if self.observer is not None:
+            self.observer(value)
 
     def values(self) -> list[float]:
         """The values in the reservoir, sorted."""
@@ -347,9 +375,15 @@ class _TimerContext:
 
 
 class Timer(Metric):
-    """Rate of events and distribution of their durations in ms (Yammer's ``Timer``)."""
+    """Rate of events and distribution of their durations in ms (Yammer's ``Timer``).
 
-    __slots__ = ("_clock", "histogram", "meter")
+    Attributes:
+        meter: the events (its rates are the JMX ``...Rate`` attributes).
+        histogram: their durations in milliseconds.
+        observer: called with each duration recorded, in milliseconds, or ``None``.
+    """
+
+    __slots__ = ("_clock", "histogram", "meter", "observer")
 
     kind = "timer"
 
@@ -364,6 +398,7 @@ class Timer(Metric):
         self._clock = clock
         self.meter = Meter(metric_name, lock, clock)
         self.histogram = Histogram(metric_name, lock, reservoir_size)
+        self.observer: Observer | None = None
 
     @property
     def count(self) -> int:
@@ -376,6 +411,8 @@ class Timer(Metric):
             return
         self.meter.count += 1
         self.histogram.update(duration_ms)
+        if self.observer is not None:
+            self.observer(duration_ms)
 
     def time(self) -> _TimerContext:
         """A context manager timing its block (it may contain ``await``).

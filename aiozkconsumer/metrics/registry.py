@@ -41,8 +41,10 @@ Tags keep the original's order and, as ``KafkaMetricsGroup.toMBeanName``, empty 
 dropped (``group_id=""`` leaves ``groupId`` out). Tag values are not quoted: the original
 restricted ``client.id`` and topic names to ``[a-zA-Z0-9._-]``.
 
-The metric kinds themselves are in :mod:`aiozkconsumer.metrics.instruments`; the Prometheus
-family names derived from these names, in :mod:`aiozkconsumer.metrics.prometheus`.
+The metric kinds themselves are in :mod:`aiozkconsumer.metrics.instruments`. With
+``prometheus_client`` installed, the registry also binds every metric it creates to its series
+among ``prometheus_client`` instruments of its own (:mod:`aiozkconsumer.metrics.prometheus`,
+whose families follow Prometheus' naming rules rather than these names).
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ import math
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from .instruments import (
     DEFAULT_RESERVOIR_SIZE,
@@ -66,10 +67,7 @@ from .instruments import (
     Tags,
     Timer,
 )
-
-if TYPE_CHECKING:
-    from .prometheus import PrometheusCollector
-
+from .prometheus import PrometheusCollector, PrometheusInstruments
 from .specs import (
     _BYTES,
     _FETCH_TIME,
@@ -119,6 +117,10 @@ class ConsumerMetrics:
     the one a gauge of that name had (Yammer's ``newGauge`` kept the first), so a gauge can
     follow state that a rebalance rebuilds. Everything but reads runs in the event loop.
 
+    With ``prometheus_client`` installed, every metric also feeds its Prometheus series
+    (:meth:`collector`); without it the registry works the same, and only :meth:`collector`
+    fails.
+
     Args:
         client_id: ``client.id`` (the ``clientId`` tag).
         group_id: ``group.id`` (the ``groupId`` tag); ``""`` leaves the tag out.
@@ -150,28 +152,38 @@ class ConsumerMetrics:
         self._meters: dict[tuple[str, str | None], Meter] = {}
         self._timers: dict[tuple[str, str | None], Timer] = {}
         self._histograms: dict[tuple[str, str | None], Histogram] = {}
+        self._prometheus: PrometheusInstruments | None
+        try:
+            self._prometheus = PrometheusInstruments(self._lock)
+        except ImportError:
+            self._prometheus = None
 
     # ---- lookup -----------------------------------------------------------------------
 
     def _name(self, spec: MetricSpec, tags: Tags) -> MetricName:
         return MetricName(spec.group, spec.type, spec.name, tags)
 
+    def _created(self, metric: AnyMetric) -> None:
+        self._metrics[metric.metric_name] = metric
+        if self._prometheus is not None:
+            self._prometheus.bind(metric)
+
     def _new_meter(self, spec: MetricSpec, key: tuple[str, str | None], tags: Tags) -> Meter:
         name = self._name(spec, tags)
-        existing = self._metrics.get(name)
-        meter = existing if isinstance(existing, Meter) else Meter(name, self._lock, self.clock)
-        self._metrics[name] = self._meters[key] = meter
+        meter = self._metrics.get(name)
+        if not isinstance(meter, Meter):
+            meter = Meter(name, self._lock, self.clock)
+            self._created(meter)
+        self._meters[key] = meter
         return meter
 
     def _new_timer(self, spec: MetricSpec, key: tuple[str, str | None], tags: Tags) -> Timer:
         name = self._name(spec, tags)
-        existing = self._metrics.get(name)
-        timer = (
-            existing
-            if isinstance(existing, Timer)
-            else Timer(name, self._lock, self.clock, self._reservoir_size)
-        )
-        self._metrics[name] = self._timers[key] = timer
+        timer = self._metrics.get(name)
+        if not isinstance(timer, Timer):
+            timer = Timer(name, self._lock, self.clock, self._reservoir_size)
+            self._created(timer)
+        self._timers[key] = timer
         return timer
 
     def _gauge(self, spec: MetricSpec, tags: Tags, fn: GaugeFn) -> Gauge:
@@ -181,7 +193,7 @@ class ConsumerMetrics:
             existing.fn = fn
             return existing
         gauge = Gauge(name, self._lock, fn)
-        self._metrics[name] = gauge
+        self._created(gauge)
         return gauge
 
     # ---- meters -----------------------------------------------------------------------
@@ -332,13 +344,13 @@ class ConsumerMetrics:
             name = self._name(
                 _RESPONSE_SIZE, _tags(("clientId", self.client_id), *_broker_tags(broker))
             )
-            existing = self._metrics.get(name)
-            histogram = (
-                existing
-                if isinstance(existing, Histogram)
-                else Histogram(name, self._lock, self._reservoir_size)
-            )
-            self._metrics[name] = self._histograms[("FetchResponseSize", broker)] = histogram
+            found = self._metrics.get(name)
+            if isinstance(found, Histogram):
+                histogram = found
+            else:
+                histogram = Histogram(name, self._lock, self._reservoir_size)
+                self._created(histogram)
+            self._histograms[("FetchResponseSize", broker)] = histogram
         return histogram
 
     # ---- gauges -----------------------------------------------------------------------
@@ -490,7 +502,7 @@ class ConsumerMetrics:
         """Unregister a metric (e.g. a partition's ``ConsumerLag`` when it is released).
 
         A removed meter or timer that is still marked counts silently; asking the registry
-        for it again creates a new one.
+        for it again creates a new one (and a new Prometheus series, from 0).
 
         Args:
             metric: a metric this registry returned.
@@ -502,6 +514,8 @@ class ConsumerMetrics:
             if self._metrics.get(metric.metric_name) is not metric:
                 return False
             del self._metrics[metric.metric_name]
+            if self._prometheus is not None:
+                self._prometheus.unbind(metric.metric_name)
             for cache in (self._meters, self._timers, self._histograms):
                 for key in [k for k, cached in cache.items() if cached is metric]:
                     del cache[key]
@@ -510,9 +524,12 @@ class ConsumerMetrics:
     def remove_all(self) -> None:
         """Unregister every metric (``KafkaMetricsGroup.removeAllConsumerMetrics``, KAFKA-1567).
 
-        Called on shutdown so that a process creating connectors over and over does not leak.
+        Called on shutdown so that a process creating connectors over and over does not leak;
+        the Prometheus series go too.
         """
         with self._lock:
+            if self._prometheus is not None:
+                self._prometheus.clear()
             self._metrics.clear()
             self._meters.clear()
             self._timers.clear()
@@ -532,10 +549,13 @@ class ConsumerMetrics:
             return {m.mbean_name: m.attributes() for m in list(self._metrics.values())}
 
     def collector(self) -> PrometheusCollector:
-        """A ``prometheus_client`` collector exposing these metrics.
+        """A ``prometheus_client`` collector exposing these metrics by Prometheus' conventions.
 
-        Family and label names are derived from the MBean names (:func:`prometheus_family`,
-        :func:`prometheus_labels`; the rules are in :mod:`aiozkconsumer.metrics.prometheus`).
+        Counters ending in ``_total``, histograms in seconds and bytes, the per-topic
+        (per-broker) series in families apart from the all-topics (all-brokers) ones; the
+        families are :data:`~aiozkconsumer.metrics.PROMETHEUS_FAMILIES`, the rules in
+        :mod:`aiozkconsumer.metrics.prometheus` (:func:`prometheus_family` and
+        :func:`prometheus_labels` name a metric's family and labels).
 
         Register it with ``prometheus_client.REGISTRY.register(metrics.collector())`` (or a
         ``CollectorRegistry`` of your own). For several connectors in one process, register
@@ -547,9 +567,6 @@ class ConsumerMetrics:
         Raises:
             ImportError: ``prometheus_client`` is not installed (the ``prometheus`` extra).
         """
-        # Imported here: the Prometheus module reads this module's SPECS.
-        from .prometheus import PrometheusCollector
-
         return PrometheusCollector([self])
 
     def __repr__(self) -> str:
