@@ -17,9 +17,9 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, runtime_checkable
 
 import anyio
 from anyio.abc import TaskGroup
@@ -163,6 +163,11 @@ class ConnectorStatistics:
         group_generation: the Kafka group's generation id (Kafka coordination; ``None`` with
             ZooKeeper coordination, or before the first join).
         member_id: the member id the Kafka group coordinator gave (``None`` likewise).
+        unowned_partitions: ``{partition: reason}`` of partitions the group's plan gives this
+            member but that it left unclaimed, so that no member consumes them: with ZooKeeper
+            coordination, a partition whose offset node does not hold a number (the reason
+            names the node and its bytes; see ``offsets.malformed.reset``). Each is tried
+            again at every rebalance. Always empty with Kafka coordination.
     """
 
     state: ConnectorState
@@ -180,6 +185,7 @@ class ConnectorStatistics:
     last_error: BaseException | None
     group_generation: int | None = None
     member_id: str | None = None
+    unowned_partitions: Mapping[TopicPartition, str] = field(default_factory=dict)
 
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -223,6 +229,14 @@ class RebalanceHistory(Protocol):
 
     @property
     def failed_attempts(self) -> int: ...
+
+
+@runtime_checkable
+class _ReportsUnowned(Protocol):
+    """A coordinator that may leave partitions of its plan unclaimed (the ZooKeeper one)."""
+
+    @property
+    def unowned_partitions(self) -> Mapping[TopicPartition, str]: ...
 
 
 class ConsumerConnector:
@@ -866,6 +880,11 @@ class ConsumerConnector:
             last_error=self._last_error,
             group_generation=generation,
             member_id=member_id,
+            unowned_partitions=(
+                dict(self.coordinator.unowned_partitions)
+                if isinstance(self.coordinator, _ReportsUnowned)
+                else {}
+            ),
         )
 
     def __repr__(self) -> str:

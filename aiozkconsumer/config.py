@@ -23,7 +23,14 @@ from typing import Any, Self
 
 from aiozkconsumer.errors import InvalidConfigError
 
-__all__ = ["ConsumerConfig", "UnknownConfigWarning", "nearest_key"]
+__all__ = [
+    "ConsumerConfig",
+    "UnknownConfigWarning",
+    "nearest_key",
+    "validate_bootstrap_servers",
+    "validate_group_id",
+    "validate_zookeeper_connect",
+]
 
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
@@ -75,7 +82,9 @@ class ConsumerConfig:
 
     Attributes:
         group_id: ``group.id``, required. The consumer group; must match ``[a-zA-Z0-9._-]+``
-            (``validateChars``; the original also accepted the empty string).
+            (``validateChars``; the original also accepted the empty string) and not be
+            ``.`` or ``..`` (no ZooKeeper node can have that name). The command line checks
+            ``--group`` with the same rule (:func:`validate_group_id`).
         consumer_id: ``consumer.id``, default ``None``: the connector generates
             ``<hostname>-<time ms>-<8 hex chars of a UUID>``. Same legal characters as
             ``group.id``; the original advises setting it only for testing.
@@ -93,7 +102,13 @@ class ConsumerConfig:
         socket_receive_buffer_bytes: ``socket.receive.buffer.bytes``, bytes, default 65536;
             >= 1, or -1 for the operating system's default.
         fetch_message_max_bytes: ``fetch.message.max.bytes``, bytes, default 1048576, >= 1.
-            Per-partition ``maxBytes`` of each fetch, and the bound on one chunk.
+            Per-partition ``maxBytes`` of each fetch. A soft limit with brokers of 0.10.1 or
+            later (Fetch v3+, KIP-74), as for the original 0.10.2 against them: a record batch
+            larger than it is returned whole, and handed out, when it is the first data of a
+            fetch response; until then (while other partitions of the same fetch return data
+            first) its partition waits at that offset. Nothing is skipped. Only a broker that
+            answers with a truncated batch (older than 0.10.1) makes the stream raise
+            ``MessageSizeTooLargeError`` for that partition, which then stops there.
         fetch_max_bytes: ``fetch.max.bytes``, bytes, default 52428800, >= 1. Added in 0.10.1
             (KIP-74); read but unused by the original.
         fetch_min_bytes: ``fetch.min.bytes``, bytes, default 1, >= 1. Fetch ``minBytes``.
@@ -155,6 +170,19 @@ class ConsumerConfig:
         interceptor_classes: ``interceptor.classes``, default ``None``: comma-separated
             ``module:Class`` (or ``module.Class``) names of consumer interceptors, each built
             with no arguments (see ``ConsumerInterceptor``); both coordinators.
+        offsets_malformed_reset: ``offsets.malformed.reset``, new, default ``False``; offsets
+            in ZooKeeper only. What a rebalance does with a partition whose offset node
+            (``/consumers/<group>/offsets/<topic>/<partition>``) does not hold a decimal
+            offset. ``False``: the member the plan gives it to leaves it unclaimed (no owner
+            node, not fetched, nothing skipped), logs the node and its bytes as an error,
+            lists it in ``statistics().unowned_partitions``, and reads it again at every
+            rebalance; the group's other partitions are consumed as usual. To consume it,
+            write an offset to the node (``aiozkconsumer offsets import``) and trigger a
+            rebalance (a member joining or leaving, ``connector.request_rebalance()``).
+            ``True``: the partition is claimed and starts from ``auto.offset.reset`` (with
+            ``largest`` its backlog is skipped), and the next commit overwrites the node;
+            with ``dual.commit.enabled`` its Kafka offset is not read either. The original's
+            rebalance failed on such a node (``NumberFormatException``).
 
     Raises:
         InvalidConfigError: at construction, when a value has the wrong type (``bool`` where
@@ -199,6 +227,7 @@ class ConsumerConfig:
     heartbeat_interval_ms: int = 3000
     max_poll_interval_ms: int = 300000
     interceptor_classes: str | None = None
+    offsets_malformed_reset: bool = False
 
     def __post_init__(self) -> None:
         for name, (kind, optional) in _FIELD_KINDS.items():
@@ -206,7 +235,7 @@ class ConsumerConfig:
         # The original lower-cases offsets.storage (ConsumerConfig.scala) and nothing else.
         object.__setattr__(self, "offsets_storage", self.offsets_storage.lower())
 
-        _check_legal_chars("group.id", self.group_id)
+        validate_group_id(self.group_id)
         if self.consumer_id is not None:
             _check_legal_chars("consumer.id", self.consumer_id)
         if self.client_id is not None:
@@ -221,9 +250,9 @@ class ConsumerConfig:
                 "group.coordinator=kafka with bootstrap.servers for a Kafka-coordinated group",
             )
         if self.zookeeper_connect is not None:
-            _check_zookeeper_connect(self.zookeeper_connect)
+            validate_zookeeper_connect(self.zookeeper_connect)
         if self.bootstrap_servers is not None:
-            _check_host_ports("bootstrap.servers", self.bootstrap_servers)
+            validate_bootstrap_servers(self.bootstrap_servers)
         _check_range("session.timeout.ms", self.session_timeout_ms, 1)
         _check_range("heartbeat.interval.ms", self.heartbeat_interval_ms, 1)
         _check_range("max.poll.interval.ms", self.max_poll_interval_ms, 1)
@@ -616,7 +645,69 @@ def _check_host_ports(key: str, value: str) -> None:
             )
 
 
-def _check_zookeeper_connect(value: str) -> None:
+def validate_group_id(value: str) -> str:
+    """Check a ``group.id``: the rule of :class:`ConsumerConfig`, also used by the CLI.
+
+    As ``kafka.common.Config.validateChars`` (0.10.2): ``[a-zA-Z0-9._-]+``; stricter than the
+    original, the empty string, ``.`` and ``..`` are refused (the group's node
+    ``/consumers/<group>`` could not exist).
+
+    Args:
+        value: the group id.
+
+    Returns:
+        ``value``, unchanged.
+
+    Raises:
+        InvalidConfigError: ``key`` ``"group.id"``; the message says what is wrong.
+    """
+    key = "group.id"
+    if value in (".", "..") or "/" in value or "\x00" in value:
+        raise InvalidConfigError(
+            key,
+            f"{value!r} cannot be a ZooKeeper path element; allowed characters are "
+            f"{_LEGAL_CHARS_TEXT} (and not '.' or '..' alone)",
+        )
+    _check_legal_chars(key, value)
+    return value
+
+
+def validate_bootstrap_servers(value: str) -> str:
+    """Check a ``bootstrap.servers`` list: the rule of :class:`ConsumerConfig`, also the CLI's.
+
+    ``host:port[,host:port...]``: each host a hostname, an IPv4 address or an IPv6 address
+    in brackets (``[::1]:9092``), each port 1..65535.
+
+    Args:
+        value: the list.
+
+    Returns:
+        ``value``, unchanged.
+
+    Raises:
+        InvalidConfigError: ``key`` ``"bootstrap.servers"``: empty, an entry without a port,
+            a bad host or port.
+    """
+    _check_host_ports("bootstrap.servers", value)
+    return value
+
+
+def validate_zookeeper_connect(value: str) -> str:
+    """Check a ``zookeeper.connect`` string: the rule of :class:`ConsumerConfig`, also the CLI's.
+
+    ``host:port[,host:port...][/chroot]`` as :func:`validate_bootstrap_servers` for the hosts;
+    the chroot an absolute ZooKeeper path (``PathUtils.validatePath``; ``/`` means none).
+
+    Args:
+        value: the connect string.
+
+    Returns:
+        ``value``, unchanged.
+
+    Raises:
+        InvalidConfigError: ``key`` ``"zookeeper.connect"``: empty, ``foo`` (no port),
+            ``host:notaport``, a bad host or chroot.
+    """
     key = "zookeeper.connect"
     if not value:
         raise InvalidConfigError(
@@ -625,7 +716,7 @@ def _check_zookeeper_connect(value: str) -> None:
     hosts, slash, path = value.partition("/")
     _check_host_ports(key, hosts)
     if not slash or not path:
-        return
+        return value
     # As ZooKeeper's PathUtils.validatePath, which the chroot has to pass.
     segments = path.split("/")
     if any(seg in ("", ".", "..") for seg in segments):
@@ -636,3 +727,4 @@ def _check_zookeeper_connect(value: str) -> None:
         )
     if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in path):
         raise InvalidConfigError(key, f"chroot {slash + path!r} contains a control character")
+    return value

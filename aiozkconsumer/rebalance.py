@@ -18,6 +18,9 @@ Beyond the original:
   a member running the original computes the same plan, so it never claims what we keep.
 - After a failed claim it waits for the blocking owner nodes to be deleted (a ZooKeeper watch)
   instead of always sleeping the full ``rebalance.backoff.ms``.
+- A partition whose offset node does not hold a number is left unclaimed, alone (the original
+  failed the whole attempt); ``unowned_partitions`` says which and why, and every rebalance
+  reads it again. With ``offsets.malformed.reset`` it is claimed from ``auto.offset.reset``.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from .errors import (
 from .fetcher import FetcherManager
 from .membership import Membership
 from .metrics import ConsumerMetrics
-from .offsets import OffsetStore
+from .offsets import NO_OFFSET, OffsetStore
 from .ownership import OwnershipState, partition_info
 from .plan import Moves, decide_claims, decide_fencing, plan_assignment, plan_moves
 from .records import HISTORY_LIMIT, PartitionTopicInfo, RebalanceRecord, TopicPartition
@@ -122,6 +125,9 @@ class Rebalancer:
         history: the last ``HISTORY_LIMIT`` rebalances, oldest first.
         completed: rebalances that ended owning their assignment, all time.
         failed_attempts: attempts that failed, all time.
+        unowned_partitions: ``{partition: reason}`` of the partitions the last attempt's plan
+            gave this member but that it did not claim (a malformed offset node), so that no
+            member owns them; each is read again by the next rebalance.
     """
 
     def __init__(
@@ -167,6 +173,7 @@ class Rebalancer:
         self.completed = 0
         self.failed_attempts = 0
         self.last_moves = (0, 0, 0)
+        self.unowned_partitions: dict[TopicPartition, str] = {}
         self._members: tuple[str, ...] = ()
 
     async def synced_rebalance(self, reason: str) -> None:
@@ -363,6 +370,7 @@ class Rebalancer:
             return False
         view = await self._read_view()
         if view is None:
+            self.unowned_partitions = {}
             return True
         topic_counts, _, _ = view
         topics = {
@@ -386,7 +394,15 @@ class Rebalancer:
         moves: Moves[ChunkQueue] = plan_moves(own.owned_streams(), wanted)
         await self._release(moves.release)
         acquire = {tp: mine[tp] for tp in moves.acquire}
-        offsets = await self.offset_store.fetch(acquire)
+        offsets, unreadable = await self._fetch_offsets(acquire)
+        self.unowned_partitions = self._judge_unreadable(unreadable)
+        for tp in unreadable:
+            if tp in self.unowned_partitions:
+                # Not claimed, and nobody else claims it (it is not theirs in the plan): no
+                # member fetches or commits it until its node is fixed. Nothing is skipped.
+                del acquire[tp]
+            else:
+                offsets[tp] = NO_OFFSET  # offsets.malformed.reset: auto.offset.reset applies
         if self.is_closing():
             return False
         new_ptis = {
@@ -398,7 +414,7 @@ class Rebalancer:
         await self._fence(acquire, new_ptis)
         own.acquire(new_ptis.values())
         own.record_committed(offsets)
-        self.last_moves = moves.counts
+        self.last_moves = (len(moves.keep), len(moves.release), len(acquire))
         if self.listener is not None:
             global_view: dict[str, dict[int, ConsumerThreadId]] = {}
             for per_consumer in assignment.values():
@@ -413,6 +429,68 @@ class Rebalancer:
                 own.registry.values(), new_ptis.values(), self.task_group()
             )
         return True
+
+    async def _fetch_offsets(
+        self, tps: Iterable[TopicPartition]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, MalformedZookeeperDataError]]:
+        """Read the committed offsets of ``tps``, setting aside those whose node is malformed.
+
+        Returns:
+            ``(offsets, unreadable)``: ``{tp: offset}`` of the readable partitions (``NO_OFFSET``
+            where none is committed), and ``{tp: error}`` of those whose offset node does not
+            hold a decimal offset.
+
+        Raises:
+            MalformedZookeeperDataError: a node that is not one of ``tps``' offset nodes.
+            ZookeeperError, OffsetStorageError: as the store's ``fetch``.
+        """
+        group = self.config.group_id
+        remaining = set(tps)
+        by_path = {layout.offset_path(group, tp.topic, tp.partition): tp for tp in remaining}
+        unreadable: dict[TopicPartition, MalformedZookeeperDataError] = {}
+        while True:
+            try:
+                return await self.offset_store.fetch(remaining), unreadable
+            except MalformedZookeeperDataError as e:
+                # The store names the first bad node; read the others again without it. Each
+                # round removes one partition, so this ends.
+                tp = by_path.get(e.path or "")
+                if tp is None or tp not in remaining:
+                    raise
+                unreadable[tp] = e
+                remaining.discard(tp)
+
+    def _judge_unreadable(
+        self, unreadable: Mapping[TopicPartition, MalformedZookeeperDataError]
+    ) -> dict[TopicPartition, str]:
+        """Which partitions with a malformed offset node stay unclaimed (and log each).
+
+        Without ``offsets.malformed.reset``: all of them. With it: none; each is claimed with
+        ``NO_OFFSET``, so ``auto.offset.reset`` applies and the next commit overwrites the node.
+
+        Returns:
+            ``{partition: reason}`` of the partitions not to claim.
+        """
+        unowned: dict[TopicPartition, str] = {}
+        for tp, error in sorted(unreadable.items()):
+            if self.config.offsets_malformed_reset:
+                log.error(
+                    "[%s] %s; offsets.malformed.reset=true: %s starts from auto.offset.reset=%s",
+                    self.consumer_id,
+                    error,
+                    tp,
+                    self.config.auto_offset_reset,
+                )
+                continue
+            log.error(
+                "[%s] not claiming %s: %s. No member consumes it until the node holds an "
+                "offset (then at the next rebalance), or offsets.malformed.reset=true",
+                self.consumer_id,
+                tp,
+                error,
+            )
+            unowned[tp] = str(error)
+        return unowned
 
     async def _claim(
         self, mine: Mapping[TopicPartition, ConsumerThreadId], blocking: list[str]

@@ -8,9 +8,13 @@ or configure it with environment variables (``AIOZKCONSUMER_ZOOKEEPER``,
 ``AIOZKCONSUMER_GROUP``, ``AIOZKCONSUMER_TOPIC``, ``AIOZKCONSUMER_STREAMS``,
 ``AIOZKCONSUMER_BOOTSTRAP_SERVER``, ``SERVICE_HOST``, ``SERVICE_PORT``). Endpoints:
 
-- ``GET /health``: the connector's state as JSON (state, owned partitions with consumed and
-  committed offsets and lag, session id, last error, records handled); HTTP 200 while the
-  connector is ``running`` and every consumer task is healthy, 503 otherwise.
+- ``GET /health``: the connector's state as JSON (status, state, owned partitions with
+  consumed and committed offsets and lag, unowned partitions, session id, last error, records
+  handled). HTTP 200 while the connector is ``running`` and every consumer task is healthy,
+  503 otherwise. ``status`` is ``"ok"``, ``"degraded"`` (still 200; ``reasons`` says why:
+  the member owns no partition of the topic because it does not exist, or the group's plan
+  gives it a partition it left unclaimed because its offset node in ZooKeeper does not hold
+  a number, see ``offsets.malformed.reset``) or ``"failing"`` (503).
 - ``GET /metrics``: the Prometheus text exposition of ``connector.metrics.collector()``.
 
 Lifecycle (an aiohttp ``cleanup_ctx``): startup enters the connector (``async with``),
@@ -21,6 +25,11 @@ session, so the group's other members rebalance at once. Startup and cleanup mus
 the same task (``serve`` does both; so does ``web.run_app``), because the connector is an
 async context manager. Cancelling the task that runs :func:`serve` (SIGINT/SIGTERM do that
 here) goes through the same cleanup: the connector's shutdown is shielded and bounded.
+
+Bad input ends the process at once with one error line and no traceback: exit status 2 for
+a malformed argument or property (``--zookeeper foo``), 1 when the connector cannot start
+(ZooKeeper unreachable within ``zookeeper.connection.timeout.ms``, the first rebalance
+failed).
 
 Replace :func:`handle` with your own processing. A record counts as consumed when it is
 handed to a consumer task (the original consumer's rule); a batch handed out is always handled
@@ -49,11 +58,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from aiozkconsumer import (
     ConnectorState,
+    ConnectorStatistics,
     ConsumerConfig,
+    ConsumerError,
+    InvalidConfigError,
     KafkaStream,
     MessageAndMetadata,
     ZookeeperConsumerConnector,
 )
+from aiozkconsumer.config import validate_bootstrap_servers, validate_zookeeper_connect
 
 log = logging.getLogger("aiozkconsumer.examples.service")
 
@@ -105,11 +118,13 @@ class ConsumerService:
     Args:
         connector: an entered connector.
         handler: called for every record, in order per partition.
+        topic: the subscribed topic.
     """
 
-    def __init__(self, connector: ZookeeperConsumerConnector, handler: Handler) -> None:
+    def __init__(self, connector: ZookeeperConsumerConnector, handler: Handler, topic: str) -> None:
         self.connector = connector
         self.handler = handler
+        self.topic = topic
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(connector.metrics.collector())
         self.records_handled = 0
@@ -173,7 +188,7 @@ class ConsumerService:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def health(self) -> tuple[int, dict[str, Any]]:
+    async def health(self) -> tuple[int, dict[str, Any]]:
         """``(HTTP status, JSON body)`` of ``/health``."""
         stats = self.connector.statistics()
         error = self.task_error or stats.last_error
@@ -187,17 +202,44 @@ class ConsumerService:
             }
             for tp in stats.owned_partitions
         ]
+        healthy = stats.state is ConnectorState.RUNNING and self.task_error is None
+        reasons = await self._degraded_reasons(stats) if healthy else []
         body = {
+            "status": "failing" if not healthy else "degraded" if reasons else "ok",
+            "reasons": reasons,
             "state": stats.state.value,
             "consumer_id": stats.consumer_id,
             "session_id": None if stats.session_id is None else f"0x{stats.session_id:x}",
             "completed_rebalances": stats.completed_rebalances,
             "owned_partitions": owned,
+            "unowned_partitions": [
+                {"topic": tp.topic, "partition": tp.partition, "reason": why}
+                for tp, why in sorted(stats.unowned_partitions.items())
+            ],
             "records_handled": self.records_handled,
             "last_error": None if error is None else f"{type(error).__name__}: {error}",
         }
-        healthy = stats.state is ConnectorState.RUNNING and self.task_error is None
         return (200 if healthy else 503), body
+
+    async def _degraded_reasons(self, stats: ConnectorStatistics) -> list[str]:
+        """Why a running member consumes less than it should (empty when it does not)."""
+        reasons = [
+            f"partition {tp} is not consumed by any member: {why}"
+            for tp, why in sorted(stats.unowned_partitions.items())
+        ]
+        if not any(tp.topic == self.topic for tp in stats.owned_partitions):
+            # Owning none of a topic is normal with more members than partitions; it is
+            # worth saying only when the topic is missing (a typo, not created yet).
+            try:
+                exists = self.topic in await self.connector.cluster.all_topics()
+            except ConsumerError as e:
+                reasons.append(f"could not check that topic {self.topic!r} exists: {e}")
+            else:
+                if not exists:
+                    reasons.append(
+                        f"topic {self.topic!r} does not exist: this member owns no partition"
+                    )
+        return reasons
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -209,7 +251,7 @@ async def consumer_lifespan(app: web.Application) -> AsyncIterator[None]:
     """The ``cleanup_ctx``: the connector lives from startup to cleanup (see the module doc)."""
     settings = app[SETTINGS]
     async with ZookeeperConsumerConnector(settings.consumer_config()) as connector:
-        service = ConsumerService(connector, app[HANDLER])
+        service = ConsumerService(connector, app[HANDLER], settings.topic)
         streams = await connector.create_message_streams({settings.topic: settings.streams})
         service.start(streams[settings.topic])
         app[SERVICE] = service
@@ -223,7 +265,7 @@ async def consumer_lifespan(app: web.Application) -> AsyncIterator[None]:
 
 async def health_view(request: web.Request) -> web.Response:
     """``GET /health``."""
-    status, body = request.app[SERVICE].health()
+    status, body = await request.app[SERVICE].health()
     return web.json_response(body, status=status)
 
 
@@ -274,11 +316,45 @@ async def serve(
         await runner.cleanup()  # the cleanup half: stop consumers, commit, release, close
 
 
+class _ZookeeperClientNoise(logging.Filter):
+    """Show the ZooKeeper client's (aiozk's) errors as one warning line, without traceback.
+
+    aiozk logs each failed connection attempt as an error with a traceback, then retries; the
+    connector reports what matters (``SUSPENDED``, ``ZookeeperConnectionError`` once its time
+    limit passes), which this service logs as its one error line.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.split(".", 1)[0] == "aiozk" and record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _checked(validate: Callable[[str], str]) -> Callable[[str], str]:
+    """An argparse ``type`` from a config validator: its message becomes argparse's error."""
+
+    def check(value: str) -> str:
+        try:
+            return validate(value)
+        except InvalidConfigError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return check
+
+
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
-    """Settings from the command line, with defaults from the environment."""
+    """Settings from the command line, with defaults from the environment.
+
+    Exits with status 2 (argparse's usage error) on a malformed argument.
+    """
     env = os.environ.get
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--zookeeper", default=env("AIOZKCONSUMER_ZOOKEEPER", "127.0.0.1:2181"))
+    p.add_argument(
+        "--zookeeper",
+        type=_checked(validate_zookeeper_connect),
+        default=env("AIOZKCONSUMER_ZOOKEEPER", "127.0.0.1:2181"),
+    )
     p.add_argument(
         "--group", default=env("AIOZKCONSUMER_GROUP"), required=not env("AIOZKCONSUMER_GROUP")
     )
@@ -286,7 +362,11 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         "--topic", default=env("AIOZKCONSUMER_TOPIC"), required=not env("AIOZKCONSUMER_TOPIC")
     )
     p.add_argument("--streams", type=int, default=int(env("AIOZKCONSUMER_STREAMS", "1")))
-    p.add_argument("--bootstrap-server", default=env("AIOZKCONSUMER_BOOTSTRAP_SERVER"))
+    p.add_argument(
+        "--bootstrap-server",
+        type=_checked(validate_bootstrap_servers),
+        default=env("AIOZKCONSUMER_BOOTSTRAP_SERVER"),
+    )
     p.add_argument("--host", default=env("SERVICE_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(env("SERVICE_PORT", "8080")))
     p.add_argument(
@@ -303,6 +383,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_ZookeeperClientNoise())
     props = {}
     for item in args.property:
         key, eq, value = item.partition("=")
@@ -335,8 +417,21 @@ async def amain(settings: Settings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: returns the exit status."""
-    asyncio.run(amain(parse_args(argv)))
+    """Entry point: returns the exit status.
+
+    0 after a clean shutdown; 2 for a malformed argument or consumer property; 1 when the
+    connector fails (ZooKeeper unreachable, the first rebalance failed): one error line on
+    stderr, no traceback.
+    """
+    settings = parse_args(argv)
+    try:
+        asyncio.run(amain(settings))
+    except InvalidConfigError as e:
+        log.error("invalid configuration: %s", e)
+        return 2
+    except ConsumerError as e:
+        log.error("%s: %s", type(e).__name__, e)
+        return 1
     return 0
 
 

@@ -105,6 +105,7 @@ COMMANDS = [
     ["offsets", "export"],
     ["offsets", "import"],
     ["offsets", "update"],
+    ["offsets", "reset"],
     ["verify-rebalance"],
     ["demo"],
     ["provision"],

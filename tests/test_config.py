@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiozkconsumer.config import ConsumerConfig, UnknownConfigWarning
+from aiozkconsumer.config import (
+    ConsumerConfig,
+    UnknownConfigWarning,
+    validate_bootstrap_servers,
+    validate_group_id,
+    validate_zookeeper_connect,
+)
 from aiozkconsumer.errors import InvalidConfigError
 
 REQUIRED: dict[str, Any] = {"group_id": "g", "zookeeper_connect": "127.0.0.1:2181"}
@@ -49,6 +55,7 @@ ORIGINAL_DEFAULTS: dict[str, object] = {
     "heartbeat.interval.ms": 3000,
     "max.poll.interval.ms": 300000,
     "interceptor.classes": None,
+    "offsets.malformed.reset": False,
 }
 DERIVED = (
     "zookeeper.connection.timeout.ms",
@@ -499,7 +506,7 @@ INT32 = st.integers(1, 2**31 - 1)
 def configs(draw: st.DrawFn) -> ConsumerConfig:
     socket_timeout = draw(INT32)
     return ConsumerConfig(
-        group_id=draw(LEGAL),
+        group_id=draw(LEGAL.filter(lambda s: s not in (".", ".."))),
         consumer_id=draw(st.none() | LEGAL),
         zookeeper_connect=draw(HOST_PORTS) + draw(CHROOT),
         zookeeper_session_timeout_ms=draw(INT32),
@@ -602,3 +609,60 @@ def test_interceptor_classes_are_checked_for_syntax() -> None:
     with pytest.raises(InvalidConfigError) as info:
         kafka_config(interceptor_classes="not a class")
     assert info.value.key == "interceptor.classes"
+
+
+# --- public validators (shared with the command line) -----------------------------------------
+
+
+@pytest.mark.parametrize("value", [".", ".."])
+def test_group_id_refuses_dot_and_dot_dot(value: str) -> None:
+    error = raises_for("group.id", group_id=value)
+    assert "cannot be a ZooKeeper path element" in str(error)
+
+
+@pytest.mark.parametrize("value", ["", "a b", "grüppe", "g/1", ".", "..", "g\x00"])
+def test_validate_group_id_is_the_configs_rule(value: str) -> None:
+    with pytest.raises(InvalidConfigError) as from_validator:
+        validate_group_id(value)
+    error = raises_for("group.id", group_id=value)
+    assert str(from_validator.value) == str(error)
+
+
+@pytest.mark.parametrize("value", ["g", "A-z_0.9", "..."])
+def test_validate_group_id_returns_a_legal_id(value: str) -> None:
+    assert validate_group_id(value) == value
+
+
+@pytest.mark.parametrize("value", ["foo", "host:notaport", "", "h:2181,", "h:2181/a/"])
+def test_validate_zookeeper_connect_is_the_configs_rule(value: str) -> None:
+    with pytest.raises(InvalidConfigError) as from_validator:
+        validate_zookeeper_connect(value)
+    assert from_validator.value.key == "zookeeper.connect"
+    error = raises_for("zookeeper.connect", zookeeper_connect=value)
+    assert str(from_validator.value) == str(error)
+
+
+@pytest.mark.parametrize("value", ["foo", "host:notaport", "", "b:1,"])
+def test_validate_bootstrap_servers_is_the_configs_rule(value: str) -> None:
+    with pytest.raises(InvalidConfigError) as from_validator:
+        validate_bootstrap_servers(value)
+    assert from_validator.value.key == "bootstrap.servers"
+    error = raises_for("bootstrap.servers", bootstrap_servers=value)
+    assert str(from_validator.value) == str(error)
+
+
+def test_validators_return_what_they_accept() -> None:
+    assert validate_zookeeper_connect("h:1,[::1]:2/kafka") == "h:1,[::1]:2/kafka"
+    assert validate_bootstrap_servers("k1:9092,[::1]:9093") == "k1:9092,[::1]:9093"
+
+
+def test_offsets_malformed_reset_is_a_boolean_property() -> None:
+    assert make().offsets_malformed_reset is False
+    props = {**REQUIRED_PROPS, "offsets.malformed.reset": "true"}
+    config = ConsumerConfig.from_properties(props)
+    assert config.offsets_malformed_reset is True
+    assert config.to_properties()["offsets.malformed.reset"] == "true"
+    with pytest.raises(InvalidConfigError) as info:
+        ConsumerConfig.from_properties({**REQUIRED_PROPS, "offsets.malformed.reset": "yes"})
+    assert info.value.key == "offsets.malformed.reset"
+    raises_for("offsets.malformed.reset", offsets_malformed_reset="true")

@@ -296,7 +296,9 @@ async def test_malformed_offset_node_is_logged_and_reset(
     await any_zk_client.ensure_path(layout.offsets_dir(unique_group_id, unique_topic))
     await any_zk_client.create(path, b"not-an-offset")
     seen = Seen()
-    config = config_for(any_cluster, unique_group_id, auto_offset_reset="smallest")
+    config = config_for(
+        any_cluster, unique_group_id, auto_offset_reset="smallest", offsets_malformed_reset=True
+    )
     async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
         streams = await c.create_message_streams({unique_topic: 1})
         tg.start_soon(drain, streams[unique_topic][0], 0, seen)

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import re
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -137,7 +138,7 @@ async def test_service_subprocess_serves_health_and_metrics_and_commits_on_sigte
             assert response.status == 200
             assert response.headers["Content-Type"].startswith("text/plain")
             metrics = await response.text()
-        assert "# TYPE kafka_consumer_zookeeper_consumer_connector_rebalance_ms summary" in metrics
+        assert "# TYPE kafka_consumer_rebalance_duration_seconds histogram" in metrics
         assert f'client_id="{group}"' in metrics
         assert await _committed(zk_client, group, topic) == {}  # nothing committed yet
 
@@ -226,3 +227,128 @@ async def test_health_is_503_when_a_consumer_task_fails(
         server.cancel()
         with anyio.fail_after(60), contextlib.suppress(asyncio.CancelledError):
             await server
+
+
+# -- bad input: one error line, or a degraded (not failing) /health ---------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def _run_service(*args: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(SERVICE_PY), "--group", "g", "--topic", "t", "--port", "0", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    with anyio.fail_after(60):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, (out + err).decode()
+
+
+async def test_unreachable_zookeeper_gives_one_error_line_and_exit_1() -> None:
+    code, output = await _run_service(
+        "--zookeeper", f"127.0.0.1:{_free_port()}",
+        "--property", "zookeeper.connection.timeout.ms=1000",
+    )  # fmt: skip
+    assert code == 1, output
+    assert "Traceback" not in output
+    errors = [line for line in output.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, output
+    assert "ZookeeperConnectionError: could not connect to ZooKeeper" in errors[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--zookeeper", "foo"], "argument --zookeeper: zookeeper.connect: 'foo' is not host:port"),
+        (
+            ["--zookeeper", "h:1", "--bootstrap-server", "k:notaport"],
+            "argument --bootstrap-server: bootstrap.servers: port 'notaport'",
+        ),
+        (
+            ["--zookeeper", "h:1", "--property", "fetch.min.bytes=lots"],
+            "invalid configuration: fetch.min.bytes: must be an integer, got 'lots'",
+        ),
+    ],
+)
+async def test_malformed_arguments_exit_2_at_once(args: list[str], message: str) -> None:
+    code, output = await _run_service(*args)
+    assert code == 2, output
+    assert "Traceback" not in output
+    assert message in output
+
+
+async def _health_of(http: aiohttp.ClientSession, settings: Any) -> tuple[int, dict[str, Any]]:
+    """Start the service in-process with ``settings``, read ``/health`` once, stop it."""
+    app = service.create_app(settings)
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(service.serve(app, "127.0.0.1", 0, on_ready=ready.set_result))
+    try:
+        with anyio.fail_after(60):
+            url = await asyncio.shield(ready)
+        return await _get_json(http, f"{url}/health")
+    finally:
+        server.cancel()
+        with anyio.fail_after(60), contextlib.suppress(asyncio.CancelledError):
+            await server
+
+
+async def test_health_is_degraded_when_the_topic_does_not_exist(
+    zk_kafka_cluster: LocalCluster,
+    http: aiohttp.ClientSession,
+    unique_topic: str,
+    unique_group_id: str,
+) -> None:
+    settings = service.Settings(
+        zookeeper=zk_kafka_cluster.zookeeper_connect,
+        group=unique_group_id,
+        topic=unique_topic,  # never created
+        port=0,
+    )
+    status, body = await _health_of(http, settings)
+    assert status == 200
+    assert (body["status"], body["state"]) == ("degraded", "running")
+    assert body["reasons"] == [
+        f"topic {unique_topic!r} does not exist: this member owns no partition"
+    ]
+    assert body["owned_partitions"] == []
+
+
+async def test_health_is_degraded_when_an_offset_node_is_malformed(
+    zk_kafka_cluster: LocalCluster,
+    zk_client: Any,
+    http: aiohttp.ClientSession,
+    topic: str,
+    unique_group_id: str,
+) -> None:
+    path = layout.offset_path(unique_group_id, topic, 1)
+    await zk_client.ensure_path(layout.offsets_dir(unique_group_id, topic))
+    await zk_client.create(path, b"oops")
+    settings = service.Settings(
+        zookeeper=zk_kafka_cluster.zookeeper_connect, group=unique_group_id, topic=topic, port=0
+    )
+    status, body = await _health_of(http, settings)
+    assert status == 200
+    assert (body["status"], body["state"]) == ("degraded", "running")
+    [unowned] = body["unowned_partitions"]
+    assert (unowned["topic"], unowned["partition"]) == (topic, 1)
+    assert path in unowned["reason"] and "b'oops'" in unowned["reason"]
+    [reason] = body["reasons"]
+    assert reason.startswith(f"partition [{topic},1] is not consumed by any member: ")
+    assert sorted(p["partition"] for p in body["owned_partitions"]) == [0, 2]
+
+
+async def test_health_is_ok_when_nothing_is_wrong(
+    zk_kafka_cluster: LocalCluster, http: aiohttp.ClientSession, topic: str, unique_group_id: str
+) -> None:
+    settings = service.Settings(
+        zookeeper=zk_kafka_cluster.zookeeper_connect, group=unique_group_id, topic=topic, port=0
+    )
+    status, body = await _health_of(http, settings)
+    assert (status, body["status"], body["reasons"]) == (200, "ok", [])
+    assert body["unowned_partitions"] == []

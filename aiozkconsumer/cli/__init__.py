@@ -11,6 +11,7 @@ Commands (``aiozkconsumer COMMAND --help`` tells more)::
     offsets export     write offsets to a file (ExportZkOffsets)
     offsets import     write offsets from a file (ImportZkOffsets)
     offsets update     set offsets to earliest / latest (UpdateOffsetsInZK)
+    offsets reset      plan and set offsets (kafka-consumer-groups.sh --reset-offsets)
     verify-rebalance   check partition ownership (VerifyConsumerRebalance)
     demo               a consumer group end to end on a local cluster
     provision          fetch the Kafka/ZooKeeper jars LocalCluster runs

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ..config import validate_bootstrap_servers, validate_group_id, validate_zookeeper_connect
 from ..errors import (
     BrokerNotAvailableError,
     ConsumerError,
@@ -22,6 +23,9 @@ from ..errors import (
 from ..tools import OffsetsFileError, UnknownGroupError
 
 __all__ = [
+    "BOOTSTRAP_SERVERS",
+    "GROUP_ID",
+    "ZOOKEEPER_CONNECT",
     "CliError",
     "ExitCode",
     "cluster_options",
@@ -118,6 +122,7 @@ def cluster_options(f: _F) -> _F:
     )(f)
     f = click.option(
         "--bootstrap-server",
+        type=BOOTSTRAP_SERVERS,
         metavar="HOST:PORT[,...]",
         envvar="AIOZKCONSUMER_BOOTSTRAP_SERVER",
         help="Kafka brokers to ask for offsets and metadata. Default: the brokers registered "
@@ -126,6 +131,7 @@ def cluster_options(f: _F) -> _F:
     )(f)
     f = click.option(
         "--zookeeper",
+        type=ZOOKEEPER_CONNECT,
         metavar="HOST:PORT[,...][/CHROOT]",
         default="localhost:2181",
         show_default=True,
@@ -135,14 +141,55 @@ def cluster_options(f: _F) -> _F:
     return f
 
 
+def _reason(error: InvalidConfigError) -> str:
+    """The message of a config error without its ``key: `` prefix (the option names it)."""
+    text = str(error)
+    prefix = f"{error.key}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+class _Checked(click.ParamType[str]):
+    """A string option checked by one of :mod:`aiozkconsumer.config`'s validators, so the
+    command line refuses exactly what ``ConsumerConfig`` refuses (exit status 2, at once)."""
+
+    def __init__(self, name: str, check: Callable[[str], str]) -> None:
+        self.name = name
+        self._check = check
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return self._check(str(value))
+        except InvalidConfigError as e:
+            self.fail(_reason(e), param, ctx)
+
+
+ZOOKEEPER_CONNECT = _Checked("zookeeper_connect", validate_zookeeper_connect)
+"""Click type of ``--zookeeper``: ``host:port[,...][/chroot]``, as ``zookeeper.connect``."""
+
+BOOTSTRAP_SERVERS = _Checked("bootstrap_servers", validate_bootstrap_servers)
+"""Click type of ``--bootstrap-server``: ``host:port[,host:port...]``, as ``bootstrap.servers``."""
+
+GROUP_ID = _Checked("group_id", validate_group_id)
+"""Click type of a ZooKeeper-coordinated group id: ``group.id``'s rule."""
+
+_GROUP_PARAMS = frozenset({"group", "group_ids"})
+"""Names of the parameters :data:`NAME` checks as group ids (``--group``)."""
+
+
 class _ZkName(click.ParamType[str]):
-    """A group id or topic name: one ZooKeeper path element."""
+    """A topic name (one ZooKeeper path element) or, for a ``--group`` option, a group id.
+
+    Group ids get ``group.id``'s own rule (:data:`GROUP_ID`), so that a group the command line
+    accepts is one a connector could have made; topic names only have to be one path element.
+    """
 
     name = "name"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         from ..zk import layout
 
+        if param is not None and param.name in _GROUP_PARAMS:
+            return GROUP_ID.convert(value, param, ctx)
         try:
             layout.group_dir(str(value))
         except ValueError as e:
@@ -151,4 +198,4 @@ class _ZkName(click.ParamType[str]):
 
 
 NAME = _ZkName()
-"""Click type of group ids and topic names."""
+"""Click type of group ids and topic names (see :class:`_ZkName`)."""

@@ -31,11 +31,11 @@ from tqdm import tqdm
 from ..base_connector import ConsumerConnector
 from ..config import ConsumerConfig
 from ..consumer import create_connector
-from ..rebalance import RebalanceRecord
+from ..records import RebalanceRecord
 from ..stream import KafkaStream
 from ..zk import layout
 from ..zk.client import ZkClient
-from ._common import run_async
+from ._common import BOOTSTRAP_SERVERS, ZOOKEEPER_CONNECT, run_async
 
 __all__ = ["DemoResult", "demo", "run_demo"]
 
@@ -73,11 +73,13 @@ class Cluster(Protocol):
 )
 @click.option(
     "--zookeeper",
+    type=ZOOKEEPER_CONNECT,
     help="Use this ZooKeeper (host:port[/chroot]) instead of a local cluster; not used with "
     "--group-coordinator kafka.",
 )
 @click.option(
     "--bootstrap-server",
+    type=BOOTSTRAP_SERVERS,
     help="Kafka brokers of an existing cluster (host:port,...) instead of a local one; "
     "needs --zookeeper unless --group-coordinator kafka.",
 )

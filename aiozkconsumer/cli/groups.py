@@ -8,7 +8,7 @@ for the groups ZooKeeper coordinates (the default, ``--coordinator zookeeper``),
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -19,9 +19,12 @@ from ..tools import (
     GroupActiveError,
     GroupAdmin,
     GroupDescription,
+    GroupMembers,
+    GroupState,
     KafkaGroupAdmin,
     KafkaGroupDescription,
     KafkaGroupListing,
+    MalformedNode,
     UnknownGroupError,
 )
 from ._common import (
@@ -34,7 +37,15 @@ from ._common import (
     run_async,
 )
 
-__all__ = ["format_table", "groups", "print_description", "print_kafka_description"]
+__all__ = [
+    "echo_malformed",
+    "format_table",
+    "groups",
+    "print_description",
+    "print_kafka_description",
+    "print_members",
+    "print_state",
+]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -76,6 +87,49 @@ def print_description(description: GroupDescription) -> None:
     headers = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID")
     for line in format_table(headers, rows, (30, 10, 15, 15, 10, 50)):
         click.echo(line)
+
+
+def echo_malformed(malformed: Iterable[MalformedNode]) -> None:
+    """One ``Malformed node <path>: <reason>`` line on stderr per node that does not parse."""
+    for node in malformed:
+        click.echo(f"Malformed node {node.path}: {node.reason}", err=True)
+
+
+def _assignment_text(assignment: Any) -> str:
+    """``topic(0,1);other(2)``, as ``ConsumerGroupCommand --members --verbose``; ``-`` for
+    nothing."""
+    return ";".join(f"{t}({','.join(map(str, ps))})" for t, ps in assignment.items()) or MISSING
+
+
+def print_members(members: GroupMembers) -> None:
+    """Print ``groups describe --members``' table (``ConsumerGroupCommand --members
+    --verbose``'s columns, with the streams of each registration)."""
+    rows: list[Sequence[object]] = [
+        (
+            m.consumer_id,
+            m.host,
+            m.client_id,
+            ",".join(f"{t}:{n}" for t, n in m.streams.items()) or None,
+            m.partition_count,
+            _assignment_text(m.assignment),
+        )
+        for m in members.members
+    ]
+    headers = ("CONSUMER-ID", "HOST", "CLIENT-ID", "STREAMS", "#PARTITIONS", "ASSIGNMENT")
+    for line in format_table(headers, rows, (50, 20, 10, 20, 11, 0)):
+        click.echo(line)
+
+
+def print_state(state: GroupState) -> None:
+    """Print ``groups describe --state``' table (``ConsumerGroupCommand --state``'s columns
+    without the coordinator, which a ZooKeeper group has none of)."""
+    rows = [(state.group, state.assignment_strategy, state.state, len(state.members))]
+    headers = ("GROUP", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
+    for line in format_table(headers, rows, (30, 19, 11, 0)):
+        click.echo(line)
+    for tp, owner in state.partitions_without_live_owner:
+        why = "no owner" if owner is None else f"owner {owner} is no live member"
+        click.echo(f"Partition [{tp.topic},{tp.partition}]: {why}", err=True)
 
 
 def print_kafka_description(description: KafkaGroupDescription) -> None:
@@ -121,7 +175,14 @@ _COORDINATOR_HELP = (
     "and refuses the ZooKeeper options (--zookeeper, --connect-timeout-ms)."
 )
 
-_ZOOKEEPER_ONLY = ("zookeeper", "connect_timeout_ms", "offsets_storage")
+_ZOOKEEPER_ONLY = (
+    "zookeeper",
+    "connect_timeout_ms",
+    "offsets_storage",
+    "members",
+    "state",
+    "all_groups",
+)
 """Options that only mean something with ``--coordinator zookeeper``."""
 
 
@@ -220,7 +281,25 @@ def list_groups(
 
 
 @groups.command("describe", short_help="Offsets, log end offsets, lag and owners of a group.")
-@click.option("--group", "-g", required=True, metavar="NAME", help="The consumer group.")
+@click.option("--group", "-g", metavar="NAME", help="The consumer group (or --all-groups).")
+@click.option(
+    "--all-groups",
+    is_flag=True,
+    help="Describe every group under /consumers, one after the other.",
+)
+@click.option(
+    "--members",
+    is_flag=True,
+    help="The live members instead: consumer id, host (from a generated consumer id), "
+    "client id (not recorded in ZooKeeper: -), streams and assigned partitions.",
+)
+@click.option(
+    "--state",
+    is_flag=True,
+    help="The group's state instead: Stable, Rebalancing (a subscribed partition has no "
+    "owner, or one that is no live member) or Empty; the assignment strategy its owners "
+    "match; the number of live members.",
+)
 @click.option(
     "--topic",
     "topics",
@@ -244,7 +323,10 @@ def list_groups(
 @click.pass_context
 def describe(
     ctx: click.Context,
-    group: str,
+    group: str | None,
+    all_groups: bool,
+    members: bool,
+    state: bool,
     topics: tuple[str, ...],
     offsets_storage: str,
     coordinator: str,
@@ -267,27 +349,82 @@ def describe(
     of their own. Log end offsets come from the partition leaders. With --coordinator kafka,
     --output json also gives the group's state, assignor and coordinator, and each member's
     client id, host and assigned partitions.
+
+    \b
+    --coordinator zookeeper also has (one at a time):
+      --members  CONSUMER-ID HOST CLIENT-ID STREAMS #PARTITIONS ASSIGNMENT
+      --state    GROUP ASSIGNMENT-STRATEGY STATE #MEMBERS
+    and --all-groups for every group. A registration, owner or offset node
+    that does not parse is reported on a line of its own on stderr
+    ("Malformed node <path>: <reason>"; in JSON, "malformed") and the rest
+    of the group is shown.
     """
+    if members and state:
+        raise click.UsageError("give --members or --state, not both", ctx)
     if coordinator == "kafka":
+        _kafka_bootstrap(ctx, bootstrap_server)  # refuses the ZooKeeper-only options
+        if group is None:
+            raise click.UsageError("Missing option '--group' / '-g'.", ctx)
         _describe_kafka(ctx, group, topics, bootstrap_server, output)
         return
-    _check_zk_name(ctx, "group", group)
+    if group is None and not all_groups:
+        raise click.UsageError("Missing option '--group' / '-g' (or give --all-groups).", ctx)
+    if group is not None and all_groups:
+        raise click.UsageError("give --group or --all-groups, not both", ctx)
+    if group is not None:
+        _check_zk_name(ctx, "group", group)
+    if topics and (members or state):
+        raise click.UsageError("--topic narrows the offsets view: not with --members/--state", ctx)
+    view = "members" if members else "state" if state else "offsets"
 
-    async def go() -> GroupDescription:
+    async def one(admin: GroupAdmin, name: str) -> GroupDescription | GroupMembers | GroupState:
+        if view == "members":
+            return await admin.describe_members(name)
+        if view == "state":
+            return await admin.describe_state(name)
+        return await admin.describe_group(
+            name,
+            topics=topics or None,
+            offsets_storage="kafka" if offsets_storage == "kafka" else "zookeeper",
+        )
+
+    async def go() -> list[GroupDescription | GroupMembers | GroupState]:
         async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
-            return await admin.describe_group(
-                group,
-                topics=topics or None,
-                offsets_storage="kafka" if offsets_storage == "kafka" else "zookeeper",
-            )
+            if group is not None:
+                return [await one(admin, group)]
+            found = []
+            for name in await admin.list_groups():
+                try:
+                    found.append(await one(admin, name))
+                except UnknownGroupError:
+                    continue  # deleted since listed
+            return found
 
-    description = run_async(go)
+    described = run_async(go)
     if output == "json":
-        echo_json(description.to_json())
+        if all_groups:
+            echo_json({"groups": [d.to_json() for d in described]})
+        else:
+            echo_json(described[0].to_json())
+        for d in described:
+            echo_malformed(d.malformed)
         return
-    if not description.members:
-        click.echo(f"Consumer group '{group}' has no active members.", err=True)
-    print_description(description)
+    for i, d in enumerate(described):
+        if all_groups:
+            if i:
+                click.echo("")
+            click.echo(f"GROUP {d.group}")
+        echo_malformed(d.malformed)
+        if isinstance(d, GroupMembers):
+            if not d.members:
+                click.echo(f"Consumer group '{d.group}' has no active members.", err=True)
+            print_members(d)
+        elif isinstance(d, GroupState):
+            print_state(d)
+        else:
+            if not d.members and not d.malformed:
+                click.echo(f"Consumer group '{d.group}' has no active members.", err=True)
+            print_description(d)
 
 
 def _describe_kafka(
@@ -324,11 +461,18 @@ def _describe_kafka(
     help="Delete only this topic's owner and offset nodes (the whole group when it is the "
     "group's only topic). Without --group: from every inactive group that has offsets for it.",
 )
+@click.option(
+    "--force-malformed",
+    is_flag=True,
+    help="Also delete a group whose live members are all malformed registration nodes (left "
+    "by hand); a member whose registration parses still refuses the deletion.",
+)
 @cluster_options
 @output_option
 def delete(
     group_ids: tuple[str, ...],
     topic: str | None,
+    force_malformed: bool,
     zookeeper: str,
     bootstrap_server: str | None,
     connect_timeout_ms: int,
@@ -340,9 +484,16 @@ def delete(
     /consumers/<group>/ids has children is refused ("... failed because its consumers are
     still active.", exit status 1). Several groups are each tried; the exit status is that of
     the first failure.
+
+    A registration node that does not parse counts as a live member, as the original's
+    check of /consumers/<group>/ids did. When every live member is such a node (written by
+    hand), --force-malformed deletes the group anyway; any member whose registration parses
+    still refuses it.
     """
     if not group_ids and topic is None:
         raise click.UsageError("give --group, --topic, or both")
+    if force_malformed and (topic is not None or not group_ids):
+        raise click.UsageError("--force-malformed deletes whole groups: give --group, no --topic")
 
     async def go() -> tuple[list[dict[str, object]], int]:
         results: list[dict[str, object]] = []
@@ -366,7 +517,7 @@ def delete(
             for group in group_ids:
                 try:
                     if topic is None:
-                        await admin.delete_group(group)
+                        await admin.delete_group(group, force_malformed=force_malformed)
                         message = (
                             f"Deleted all consumer group information for group '{group}' in "
                             "zookeeper."

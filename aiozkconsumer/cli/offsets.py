@@ -1,25 +1,46 @@
-"""``aiozkconsumer offsets``: check, export, import and update a group's offsets in ZooKeeper.
+"""``aiozkconsumer offsets``: check, export, import, update and reset a group's offsets.
 
 The old tools ``ConsumerOffsetChecker``, ``ExportZkOffsets``, ``ImportZkOffsets`` and
-``UpdateOffsetsInZK`` (0.10.2). Export and import use the original's file format, one
+``UpdateOffsetsInZK`` (0.10.2), and ``kafka-consumer-groups.sh --reset-offsets`` (Kafka 2.x).
+Export and import use the original's file format, one
 ``/consumers/<group>/offsets/<topic>/<partition>:<offset>`` per line, so files move between
-these commands and the original tools.
+these commands and the original tools; import also reads the CSV ``reset --export`` (and
+``kafka-consumer-groups.sh``) writes.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from pathlib import Path
 
 import click
 
+from ..records import TopicPartition
 from ..tools import (
+    AllTopics,
+    FromOffsets,
     GroupAdmin,
     GroupDescription,
     OffsetEntry,
     OffsetsFileError,
+    ResetPlan,
+    ResetScope,
+    ResetSpec,
+    ResetStorage,
+    ShiftBy,
+    ToEarliest,
+    ToLatest,
+    ToOffset,
+    ToTimestamp,
+    detect_offsets_format,
+    format_offsets_csv,
     format_offsets_file,
+    parse_datetime_ms,
+    parse_duration,
+    parse_offsets_csv,
     parse_offsets_file,
+    parse_topic_partitions,
 )
 from ._common import (
     NAME,
@@ -30,7 +51,7 @@ from ._common import (
     output_option,
     run_async,
 )
-from .groups import format_table
+from .groups import echo_malformed, format_table
 
 __all__ = ["offsets"]
 
@@ -41,9 +62,41 @@ def _admin(zookeeper: str, bootstrap_server: str | None, connect_timeout_ms: int
     )
 
 
-@click.group(short_help="Check, export, import and update offsets in ZooKeeper.")
+def _read_text(path: Path) -> str:
+    """A file's text ('-': stdin); unreadable or not UTF-8 is a usage error."""
+    try:
+        if str(path) == "-":
+            return sys.stdin.read()
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror}", ExitCode.USAGE) from None
+    except UnicodeDecodeError as e:
+        raise CliError(f"cannot read {path}: not UTF-8 text ({e})", ExitCode.USAGE) from None
+
+
+def _parse_any_offsets(path: Path, text: str, group: str | None) -> list[OffsetEntry]:
+    """The entries of an offsets file in either format (the CSV's groupless lines get
+    ``group``); a malformed line is a usage error naming it."""
+    lines = text.splitlines()
+    try:
+        if detect_offsets_format(lines) == "csv":
+            return parse_offsets_csv(lines, group)
+        return parse_offsets_file(lines)
+    except OffsetsFileError as e:
+        hint = " (give the group with --group)" if "group given apart" in str(e) else ""
+        raise CliError(f"{path}, {e}{hint}", ExitCode.USAGE) from None
+
+
+@click.group(short_help="Check, export, import, update and reset offsets.")
 def offsets() -> None:
-    """Check, export, import and update consumer offsets stored in ZooKeeper."""
+    """Check, export, import, update and reset consumer offsets.
+
+    \b
+    check, export, import, update: ZooKeeper-stored offsets (check can also
+      read Kafka-stored ones), as the old tools.
+    reset: kafka-consumer-groups.sh --reset-offsets, for offsets in ZooKeeper,
+      in Kafka or in both (--offsets-storage).
+    """
 
 
 @offsets.command("check", short_help="The ConsumerOffsetChecker view of a group.")
@@ -109,6 +162,7 @@ def check(
             return description, brokers
 
     description, brokers = run_async(go)
+    echo_malformed(description.malformed)
     if output == "json":
         echo_json(
             {
@@ -126,6 +180,7 @@ def check(
                     for p in description.partitions
                 ],
                 **({"brokers": {str(i): addr for i, addr in brokers}} if broker_info else {}),
+                "malformed": [m.to_json() for m in description.malformed],
             }
         )
         return
@@ -230,12 +285,21 @@ def export(
     "-f",
     required=True,
     type=click.Path(dir_okay=False, readable=True, allow_dash=True, path_type=Path),
-    help="An offsets file as `offsets export` (or ExportZkOffsets) writes it ('-': stdin).",
+    help="An offsets file as `offsets export` (or ExportZkOffsets) writes it, or the CSV of "
+    "`offsets reset --export` (kafka-consumer-groups --export) ('-': stdin).",
+)
+@click.option(
+    "--group",
+    "-g",
+    type=NAME,
+    help="The group of a topic,partition,offset CSV file (which does not name it). Not used "
+    "with path:offset files, which name their groups.",
 )
 @cluster_options
 @output_option
 def import_(
     input_file: Path,
+    group: str | None,
     zookeeper: str,
     bootstrap_server: str | None,
     connect_timeout_ms: int,
@@ -243,23 +307,22 @@ def import_(
 ) -> None:
     """Write the offsets of a file into ZooKeeper (ImportZkOffsets).
 
+    \b
+    The format is told per file, by its first line:
+      /consumers/<group>/offsets/<topic>/<partition>:<offset>  (ExportZkOffsets)
+      <topic>,<partition>,<offset>         (CSV of one group: give --group)
+      <group>,<topic>,<partition>,<offset> (CSV of several groups)
+
     The whole file is checked first: a malformed line stops the import before anything is
     written, naming its line number (exit status 2). As the original, live members are not
     checked for: stop the group first, or its next commit overwrites what was imported.
     """
-    try:
-        if str(input_file) == "-":
-            text = sys.stdin.read()
-        else:
-            text = input_file.read_text(encoding="utf-8")
-    except OSError as e:
-        raise CliError(f"cannot read {input_file}: {e.strerror}", ExitCode.USAGE) from None
-    except UnicodeDecodeError as e:
-        raise CliError(f"cannot read {input_file}: not UTF-8 text ({e})", ExitCode.USAGE) from None
-    try:
-        entries = parse_offsets_file(text.splitlines())
-    except OffsetsFileError as e:
-        raise CliError(f"{input_file}, {e}", ExitCode.USAGE) from None
+    text = _read_text(input_file)
+    if group is not None and detect_offsets_format(text.splitlines()) == "zookeeper":
+        raise click.UsageError(
+            f"--group is for CSV files; {input_file} holds znode paths, which name their groups"
+        )
+    entries = _parse_any_offsets(input_file, text, group)
 
     async def go() -> tuple[int, list[str]]:
         async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
@@ -330,3 +393,232 @@ def update(
     for partition, offset in written.items():
         click.echo(f"updating partition {partition} with new offset: {offset}")
     click.echo(f"updated the offset for {len(written)} partitions")
+
+
+# -- reset ------------------------------------------------------------------------------------
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_STORAGES: dict[str, ResetStorage] = {"zookeeper": "zookeeper", "kafka": "kafka", "dual": "dual"}
+_MODES = ("to_earliest", "to_latest", "to_offset", "shift_by", "to_datetime", "by_duration")
+
+
+def _reset_spec(
+    ctx: click.Context,
+    group: str,
+    values: dict[str, object],
+    from_file: Path | None,
+) -> ResetSpec:
+    """The one mode given, parsed; a usage error for none, several, or a bad value."""
+    given = [m for m in _MODES if values[m] not in (None, False)]
+    if from_file is not None:
+        given.append("from_file")
+    if len(given) != 1:
+        names = "--to-earliest, --to-latest, --to-offset, --shift-by, --to-datetime, "
+        names += "--by-duration, --from-file"
+        found = ", ".join("--" + g.replace("_", "-") for g in given) or "none"
+        raise click.UsageError(f"give exactly one of {names} (got {found})", ctx)
+    mode = given[0]
+    if mode == "to_earliest":
+        return ToEarliest()
+    if mode == "to_latest":
+        return ToLatest()
+    if mode == "to_offset":
+        return ToOffset(int(str(values["to_offset"])))
+    if mode == "shift_by":
+        return ShiftBy(int(str(values["shift_by"])))
+    if mode == "to_datetime":
+        try:
+            return ToTimestamp(parse_datetime_ms(str(values["to_datetime"])))
+        except ValueError as e:
+            raise click.BadParameter(str(e), ctx, param_hint="'--to-datetime'") from None
+    if mode == "by_duration":
+        try:
+            duration = parse_duration(str(values["by_duration"]))
+        except ValueError as e:
+            raise click.BadParameter(str(e), ctx, param_hint="'--by-duration'") from None
+        since = dt.datetime.now(dt.UTC) - duration - _EPOCH
+        return ToTimestamp(since // dt.timedelta(milliseconds=1))
+    assert from_file is not None
+    entries = [
+        e for e in _parse_any_offsets(from_file, _read_text(from_file), group) if e.group == group
+    ]
+    if not entries:
+        raise CliError(f"{from_file} holds no offsets of group '{group}'", ExitCode.USAGE)
+    return FromOffsets({TopicPartition(e.topic, e.partition): e.offset for e in entries})
+
+
+def _echo_plan(plan: ResetPlan) -> None:
+    rows = [
+        (p.topic, p.partition, p.current, p.new)  # current None shows as "-"
+        for p in plan.partitions
+    ]
+    headers = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
+    for line in format_table(headers, rows, (30, 10, 15, 15)):
+        click.echo(line)
+
+
+@offsets.command(
+    "reset", short_help="Reset a group's offsets (kafka-consumer-groups --reset-offsets)."
+)
+@click.option("--group", "-g", required=True, type=NAME, help="The consumer group.")
+@click.option(
+    "--topic",
+    "-t",
+    "topics",
+    multiple=True,
+    metavar="TOPIC[:P,...]",
+    help="A topic to reset, all its partitions or those listed (repeatable), e.g. payments:0,2.",
+)
+@click.option(
+    "--all-topics",
+    is_flag=True,
+    help="Every partition the group has a committed offset for (in --offsets-storage).",
+)
+@click.option("--to-earliest", is_flag=True, help="To each partition's log start offset.")
+@click.option("--to-latest", is_flag=True, help="To each partition's log end offset.")
+@click.option("--to-offset", type=click.IntRange(min=0), metavar="N", help="To offset N (clamped).")
+@click.option(
+    "--shift-by",
+    type=int,
+    metavar="N",
+    help="The committed offset plus N (negative: back), clamped. Every partition needs one.",
+)
+@click.option(
+    "--to-datetime",
+    metavar="ISO8601",
+    help="To the first offset at or after the time, e.g. 2024-05-01T12:30:00.000 (local "
+    "time) or ...Z; the log end where no record is that recent.",
+)
+@click.option(
+    "--by-duration",
+    metavar="PnDTnHnM",
+    help="As --to-datetime, for now minus the duration, e.g. PT30M or P1DT2H.",
+)
+@click.option(
+    "--from-file",
+    type=click.Path(dir_okay=False, readable=True, path_type=Path),
+    metavar="CSV",
+    help="To the offsets of a topic,partition,offset CSV (as --export writes), or of a "
+    "path:offset file (the group's lines). A scope, if given, narrows it.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
+@click.option("--execute", is_flag=True, help="Write the plan (refused while members are live).")
+@click.option(
+    "--export",
+    is_flag=True,
+    help="Print the new offsets as topic,partition,offset CSV (for --from-file or `offsets "
+    "import`) instead of the table.",
+)
+@click.option(
+    "--offsets-storage",
+    type=click.Choice(["zookeeper", "kafka", "dual"]),
+    default="zookeeper",
+    show_default=True,
+    help="Where the offsets are read and written: ZooKeeper's offset nodes, the group's "
+    "Kafka coordinator (offsets.storage=kafka), or both (dual.commit.enabled; the current "
+    "offset is the larger).",
+)
+@cluster_options
+@output_option
+@click.pass_context
+def reset(
+    ctx: click.Context,
+    group: str,
+    topics: tuple[str, ...],
+    all_topics: bool,
+    to_earliest: bool,
+    to_latest: bool,
+    to_offset: int | None,
+    shift_by: int | None,
+    to_datetime: str | None,
+    by_duration: str | None,
+    from_file: Path | None,
+    dry_run: bool,
+    execute: bool,
+    export: bool,
+    offsets_storage: str,
+    zookeeper: str,
+    bootstrap_server: str | None,
+    connect_timeout_ms: int,
+    output: str,
+) -> None:
+    """Reset a group's offsets, as kafka-consumer-groups.sh --reset-offsets.
+
+    \b
+    Scope: --topic TOPIC[:P,...] (repeatable) or --all-topics; optional with
+      --from-file, whose partitions are reset.
+    Mode, exactly one of: --to-earliest, --to-latest, --to-offset N,
+      --shift-by N, --to-datetime ISO8601, --by-duration PnDTnHnM, --from-file.
+    Action, exactly one of: --dry-run (print the plan, change nothing) or
+      --execute (write it; refused, status 1, while the group has live members).
+
+    \b
+    The plan's columns:
+      TOPIC PARTITION CURRENT-OFFSET NEW-OFFSET
+    New offsets are clamped to [log start, log end], with a warning on stderr.
+    """
+    if dry_run == execute:
+        raise click.UsageError("give exactly one of --dry-run or --execute", ctx)
+    if topics and all_topics:
+        raise click.UsageError("give --topic or --all-topics, not both", ctx)
+    if export and output == "json":
+        raise click.UsageError("--export prints CSV: not with --output json", ctx)
+    scope: ResetScope | None
+    if all_topics:
+        scope = AllTopics()
+    elif topics:
+        try:
+            scope = parse_topic_partitions(topics)
+        except ValueError as e:
+            raise click.BadParameter(str(e), ctx, param_hint="'--topic'") from None
+        for topic in scope.topics:
+            NAME.convert(topic, None, ctx)
+    elif from_file is not None:
+        scope = None
+    else:
+        raise click.UsageError("give --topic or --all-topics (or --from-file)", ctx)
+    spec = _reset_spec(
+        ctx,
+        group,
+        {
+            "to_earliest": to_earliest,
+            "to_latest": to_latest,
+            "to_offset": to_offset,
+            "shift_by": shift_by,
+            "to_datetime": to_datetime,
+            "by_duration": by_duration,
+        },
+        from_file,
+    )
+    storage = _STORAGES[offsets_storage]
+
+    async def go() -> tuple[ResetPlan, list[str]]:
+        async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
+            live = [] if execute else await admin.member_ids(group)
+            plan = await admin.reset_offsets(group, scope, spec, storage=storage, execute=execute)
+            return plan, live
+
+    plan, live = run_async(go)
+    for warning in plan.warnings:
+        click.echo(f"Warning: {warning}", err=True)
+    if live:
+        click.echo(
+            f"Warning: group '{group}' has live members ({', '.join(live)}): --execute is "
+            "refused until they stop.",
+            err=True,
+        )
+    if output == "json":
+        as_json = plan.to_json()
+        echo_json({"group": group, "storage": storage, "executed": execute, **as_json})
+        return
+    if export:
+        entries = [OffsetEntry(group, p.topic, p.partition, p.new) for p in plan.partitions]
+        click.echo(format_offsets_csv(entries), nl=False)
+    else:
+        _echo_plan(plan)
+    if execute:
+        click.echo(
+            f"reset {len(plan.partitions)} offsets of group '{group}' in {storage}", err=True
+        )
+    else:
+        click.echo("dry run: nothing was written (--execute writes the plan)", err=True)

@@ -52,38 +52,44 @@ class ZookeeperOffsetStore:
     async def fetch(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Read the committed offsets of ``tps`` (``fetchOffsets`` with ZooKeeper storage).
 
-        As ``fetchOffsetFromZooKeeper`` in ``ZookeeperConsumerConnector.scala``, 0.10.2.
+        As ``fetchOffsetFromZooKeeper`` in ``ZookeeperConsumerConnector.scala``, 0.10.2, where
+        a node that did not parse failed the rebalance (``NumberFormatException``). Such a node
+        is never read as "no offset": that would apply ``auto.offset.reset`` and, with
+        ``largest``, silently skip the partition's backlog. The rebalance decides what to do
+        (``offsets.malformed.reset``).
 
         Args:
             tps: the partitions.
 
         Returns:
-            ``{tp: offset}``, ``NO_OFFSET`` (-1) where no offset node exists, or where it
-            does not hold a decimal offset (logged as an error; ``auto.offset.reset`` then
-            applies and the next commit overwrites the node). Each value also becomes the
-            partition's checkpoint, so committing it unchanged writes nothing.
+            ``{tp: offset}``, ``NO_OFFSET`` (-1) where no offset node exists. Each value also
+            becomes the partition's checkpoint, so committing it unchanged writes nothing.
 
         Raises:
+            MalformedZookeeperDataError: an offset node does not hold a decimal offset; its
+                ``path`` and ``data`` name the node and its bytes (the first such partition
+                in order, if several). Nothing is returned for the others: read them again
+                without it. The partition's checkpoint is dropped, so a commit of it writes
+                the node.
             ZookeeperConnectionError: ZooKeeper is unreachable.
         """
         result: dict[TopicPartition, int] = {}
-        tps = list(tps)
+        tps = sorted(set(tps))
         paths = [layout.offset_path(self.group, tp.topic, tp.partition) for tp in tps]
         # Pipelined: ZooKeeper answers in order on one connection.
         datas = await gather(self.zk.get_data(path) for path in paths)
+        malformed: MalformedZookeeperDataError | None = None
         for tp, path, data in zip(tps, paths, datas, strict=True):
             try:
                 offset = NO_OFFSET if data is None else layout.decode_offset(data, path)
             except MalformedZookeeperDataError as e:
-                # Someone else wrote garbage there. Failing would stop the whole group's
-                # rebalance; treating it as "no offset" applies auto.offset.reset, and the
-                # next commit overwrites the node.
-                log.error("%s; using auto.offset.reset for %s", e, tp)
-                result[tp] = NO_OFFSET
                 self._checkpoint.pop(tp, None)
+                malformed = malformed or e
                 continue
             result[tp] = offset
             self._checkpoint[tp] = offset
+        if malformed is not None:
+            raise malformed
         return result
 
     async def commit(

@@ -23,12 +23,18 @@ use. ``AIOZKCONSUMER_BROKERS`` sets their broker count (default 1).
 When a test that uses a cluster fails, its server logs are appended to the failure report
 (section "aiozkconsumer server logs", or "aiozkconsumer server logs (kraft)") and the
 cluster's work directory is kept.
+
+The fixtures need pytest-asyncio to run the tests that use them (``asyncio_mode = "auto"``
+in the suite's ``pyproject.toml``; see ``docs/testing.md``). A test that uses one of them
+and that pytest-asyncio would not run (not installed or disabled; or ``strict`` mode and no
+``@pytest.mark.asyncio``) fails at setup with :data:`ASYNCIO_HINT`, before any server starts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import re
 import uuid
@@ -44,12 +50,14 @@ from aiozkconsumer.testing.provision import FLAVOURS
 from aiozkconsumer.zk.client import close_raw
 
 __all__ = [
+    "ASYNCIO_HINT",
     "BROKERS_ENV",
     "LOG_SECTION",
     "any_cluster",
     "any_zk_client",
     "kraft_cluster",
     "pytest_runtest_makereport",
+    "pytest_runtest_setup",
     "unique_group_id",
     "unique_topic",
     "zk_client",
@@ -61,6 +69,17 @@ BROKERS_ENV = "AIOZKCONSUMER_BROKERS"
 
 LOG_SECTION = "aiozkconsumer server logs"
 """Title of the report section holding the server log tails of a failed test."""
+
+ASYNCIO_HINT = """\
+aiozkconsumer's pytest fixtures need pytest-asyncio to run this test: {reason}.
+Install pytest-asyncio (pip install pytest-asyncio) and put in the suite's pyproject.toml:
+
+    [tool.pytest.ini_options]
+    asyncio_mode = "auto"
+    asyncio_default_fixture_loop_scope = "function"
+
+(see "pytest fixtures" in aiozkconsumer's docs/testing.md)."""
+"""The failure message of a test whose fixtures cannot work; ``{reason}`` says why."""
 
 _CLUSTER_FIXTURES = {"zookeeper": "zk_kafka_cluster", "kraft": "kraft_cluster"}
 """Flavour -> the session fixture holding that flavour's cluster."""
@@ -242,6 +261,46 @@ async def _any_zk_client(any_cluster: LocalCluster) -> AsyncIterator[Any]:
 
 zk_client = _async_fixture(_zk_client, name="zk_client")
 any_zk_client = _async_fixture(_any_zk_client, name="any_zk_client")
+
+
+_FIXTURES = frozenset({*_CLUSTER_FIXTURES.values(), _ANY_CLUSTER_FIXTURE})
+_ASYNC_FIXTURES = frozenset({"zk_client", "any_zk_client"})
+
+
+def _asyncio_problem(item: pytest.Item) -> str | None:
+    """Why pytest-asyncio will not run ``item`` with this plugin's fixtures, or ``None``."""
+    names = set(getattr(item, "fixturenames", ()))
+    if not names & (_FIXTURES | _ASYNC_FIXTURES):
+        return None
+    obj = getattr(item, "obj", None)
+    is_async = inspect.iscoroutinefunction(obj) or inspect.isasyncgenfunction(obj)
+    if not is_async and not names & _ASYNC_FIXTURES:
+        return None  # a plain test of the synchronous cluster fixtures needs no event loop
+    if is_async and item.get_closest_marker("anyio") is not None:
+        return None  # anyio's pytest plugin runs it
+    config = item.config
+    if not config.pluginmanager.hasplugin("asyncio"):
+        return "pytest-asyncio is not installed (or is disabled with -p no:asyncio)"
+    if not is_async or item.get_closest_marker("asyncio") is not None:
+        return None
+    mode = config.getoption("asyncio_mode", None) or config.getini("asyncio_mode")
+    if str(mode) != "auto":
+        return (
+            f"asyncio_mode is {str(mode)!r}, and {item.name} is not marked "
+            "@pytest.mark.asyncio, so pytest-asyncio would not run it"
+        )
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fail a test whose aiozkconsumer fixtures cannot work, with :data:`ASYNCIO_HINT`.
+
+    Runs before the test's fixtures are set up, so no server is started for it.
+    """
+    reason = _asyncio_problem(item)
+    if reason is not None:
+        pytest.fail(ASYNCIO_HINT.format(reason=reason), pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)
