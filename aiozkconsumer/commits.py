@@ -15,7 +15,13 @@ import anyio
 
 from ._concurrency import gather
 from .config import ConsumerConfig
-from .errors import CommitFencedError, OffsetStorageError, ZookeeperError
+from .errors import (
+    CommitFencedError,
+    OffsetStorageError,
+    ZookeeperConnectionError,
+    ZookeeperError,
+    ZookeeperSessionExpiredError,
+)
 from .metrics import ConsumerMetrics
 from .offsets import OffsetStore, ZookeeperOffsetStore
 from .ownership import OwnershipState
@@ -43,6 +49,10 @@ class FencedCommitter:
             since): the owner drops them and requests a rebalance.
         on_commit: called with the offsets committed, after each commit that wrote some
             (the interceptors' ``on_commit``).
+        on_connection_lost: called when a commit fails because ZooKeeper is unreachable or
+            the session expired (the commit cannot land, so the partitions may soon be
+            another member's): the owner ends its session lease, so that no more records are
+            handed out. Settable after construction (the lease is built later).
     """
 
     def __init__(
@@ -55,6 +65,7 @@ class FencedCommitter:
         metrics: ConsumerMetrics,
         on_fenced: Callable[[set[TopicPartition]], None],
         on_commit: Callable[[Mapping[TopicPartition, int]], None] = lambda offsets: None,
+        on_connection_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
         self.consumer_id = consumer_id
@@ -64,6 +75,7 @@ class FencedCommitter:
         self.metrics = metrics
         self.on_fenced = on_fenced
         self.on_commit = on_commit
+        self.on_connection_lost = on_connection_lost
 
     async def commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
         """Commit owned partitions' offsets, fenced, counting the writes in the commit meters.
@@ -83,9 +95,19 @@ class FencedCommitter:
         Raises:
             CommitFencedError: some partitions were fenced or not owned (the others were
                 committed).
-            ZookeeperConnectionError: ZooKeeper is unreachable.
+            ZookeeperConnectionError: ZooKeeper is unreachable (or a request timed out);
+                ``on_connection_lost`` was called.
+            ZookeeperSessionExpiredError: the session expired; ``on_connection_lost`` was
+                called.
             OffsetCommitError: Kafka refused some offsets after every attempt.
         """
+        try:
+            return await self._commit(offsets, retries)
+        except (ZookeeperConnectionError, ZookeeperSessionExpiredError):
+            self.on_connection_lost()
+            raise
+
+    async def _commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
         store = self.store
         owned = self.ownership
         # Only what this member owns now: a partition it lost (session expiry, fencing) is

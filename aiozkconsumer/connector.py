@@ -151,6 +151,7 @@ class ZookeeperConsumerConnector(ConsumerConnector):
         self.lease = SessionLease(
             self.zk, self.ownership.gate, self.consumer_id_string, lambda: self.closing
         )
+        self.committer.on_connection_lost = self.lease.end_now
         self.coordinator = self._rebalancer = Rebalancer(
             config=config,
             consumer_id=self.consumer_id_string,
