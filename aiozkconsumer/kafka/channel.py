@@ -66,8 +66,8 @@ class OffsetsChannel:
     or a failed request (as the original's ``offsetsChannel.disconnect()``). OffsetCommit is
     sent with generation -1 and member id ``""`` (a "simple consumer" commit: the group never
     joins Kafka's group protocol), retention -1 (the broker's ``offsets.retention.minutes``)
-    and empty metadata; aiokafka negotiates the version (OffsetCommit v2-v3, OffsetFetch
-    v1-v3).
+    and empty metadata unless the caller gives some (the Spark bridge's batch log); aiokafka
+    negotiates the version (OffsetCommit v2-v3, OffsetFetch v1-v3).
 
     Args:
         kafka_getter: async callable returning the connector's started Kafka client. Its
@@ -98,6 +98,7 @@ class OffsetsChannel:
         *,
         generation: int = -1,
         member_id: str = "",
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> dict[TopicPartition, int]:
         """Send one OffsetCommit of ``offsets``.
 
@@ -106,6 +107,10 @@ class OffsetsChannel:
             generation: the group generation (-1: a "simple consumer" commit, as the
                 ZooKeeper-coordinated group makes).
             member_id: the member id of that generation (``""`` with generation -1).
+            metadata: ``{partition: metadata string}`` the broker keeps with the offset
+                (at most the broker's ``offset.metadata.max.bytes``, 4096 by default, or
+                that partition is refused with ``OFFSET_METADATA_TOO_LARGE``); partitions
+                left out, or all with ``None``, get empty metadata.
 
         Returns:
             ``{partition: error code}`` for every partition of ``offsets``; ``NO_ANSWER``
@@ -114,9 +119,11 @@ class OffsetsChannel:
         Raises:
             ChannelError: no usable answer.
         """
+        texts = metadata or {}
         by_topic: dict[str, list[tuple[int, int, str]]] = {}
         for tp, offset in offsets.items():
-            by_topic.setdefault(tp.topic, []).append((tp.partition, offset, _NO_METADATA))
+            text = texts.get(tp, _NO_METADATA)
+            by_topic.setdefault(tp.topic, []).append((tp.partition, offset, text))
         request = OffsetCommitRequest(
             self.group,
             generation,
@@ -149,16 +156,42 @@ class OffsetsChannel:
         Raises:
             ChannelError: no usable answer.
         """
-        by_topic: dict[str, list[int]] = {}
-        for tp in tps:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        request = OffsetFetchRequest(self.group, sorted(by_topic.items()))
+        code, answered = await self.fetch_with_metadata(tps)
+        return code, {tp: (offset, err) for tp, (offset, _, err) in answered.items()}
+
+    async def fetch_with_metadata(
+        self, tps: Iterable[TopicPartition] | None
+    ) -> tuple[int, dict[TopicPartition, tuple[int, str, int]]]:
+        """Send one OffsetFetch, keeping the metadata committed with each offset.
+
+        Args:
+            tps: the partitions; ``None`` asks for every partition the group has an offset
+                for (OffsetFetch v2+, KIP-88).
+
+        Returns:
+            ``(group error code, {partition: (offset, metadata, error code)})`` as
+            answered; the group error code is 0 for OffsetFetch v1, which has none.
+
+        Raises:
+            ChannelError: no usable answer (also: ``None`` and a broker older than 0.10.2).
+        """
+        topics: list[tuple[str, list[int]]] | None = None
+        if tps is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in tps:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = sorted(by_topic.items())
+        request = OffsetFetchRequest(self.group, topics)
         async with self._lock:
             response = await self._to_coordinator(request, "OffsetFetch")
-        answered: dict[TopicPartition, tuple[int, int]] = {}
+        answered: dict[TopicPartition, tuple[int, str, int]] = {}
         for topic, parts in response.topics:
-            for partition, offset, _metadata, code in parts:
-                answered[TopicPartition(topic, partition)] = (int(offset), int(code))
+            for partition, offset, metadata, code in parts:
+                answered[TopicPartition(topic, partition)] = (
+                    int(offset),
+                    metadata or _NO_METADATA,
+                    int(code),
+                )
         return int(getattr(response, "error_code", NONE)), answered
 
     def forget_coordinator(self) -> None:

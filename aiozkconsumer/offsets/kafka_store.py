@@ -71,10 +71,11 @@ class KafkaOffsetStore:
     coordinator is found with FindCoordinator and kept until it answers ``NOT_COORDINATOR`` /
     ``COORDINATOR_NOT_AVAILABLE`` or stops answering; OffsetCommit is sent with generation -1
     and member id ``""`` (a "simple consumer" commit; the group never joins Kafka's group
-    protocol), retention -1 (the broker's ``offsets.retention.minutes``) and empty metadata.
-    One request is in flight at a time, as the original's ``offsetsChannelLock``. This class
-    keeps the retry rules and reads the answers with :func:`classify_commit_errors` and
-    :func:`classify_fetch_response`.
+    protocol), retention -1 (the broker's ``offsets.retention.minutes``) and empty metadata
+    (unless the caller gives some: :meth:`commit`'s ``metadata``, read back with
+    :meth:`fetch_metadata`). One request is in flight at a time, as the original's
+    ``offsetsChannelLock``. This class keeps the retry rules and reads the answers with
+    :func:`classify_commit_errors` and :func:`classify_fetch_response`.
 
     Args:
         kafka_getter: async callable returning the connector's started Kafka client (the
@@ -168,29 +169,72 @@ class KafkaOffsetStore:
         wanted = sorted(set(tps))
         if not wanted:
             return {}
+        got = await self._fetch(wanted, with_metadata=False)
+        return {tp: offset for tp, (offset, _) in got.items()}
+
+    async def fetch_metadata(
+        self, tps: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, tuple[int, str]]:
+        """:meth:`fetch`, with the metadata string committed with each offset.
+
+        Same retries and time limit as :meth:`fetch`.
+
+        Args:
+            tps: the partitions; ``None`` (the default): every partition the group has a
+                committed offset for (OffsetFetch v2+, KIP-88; Kafka 0.10.2 and later).
+
+        Returns:
+            ``{tp: (offset, metadata)}``: for every partition of ``tps``, ``(NO_OFFSET, "")``
+            where the group has no committed offset; with ``None``, the partitions the
+            coordinator answered for.
+
+        Raises:
+            OffsetFetchError: as :meth:`fetch`; also when ``tps`` is ``None`` and the broker
+                is older than OffsetFetch v2.
+            ConsumerClosedError: the store is closed.
+        """
+        wanted = None if tps is None else sorted(set(tps))
+        if wanted == []:
+            return {}
+        return await self._fetch(wanted, with_metadata=True)
+
+    async def _fetch(
+        self, wanted: list[TopicPartition] | None, *, with_metadata: bool
+    ) -> dict[TopicPartition, tuple[int, str]]:
+        """The OffsetFetch loop of :meth:`fetch` and :meth:`fetch_metadata`."""
         self._check_open()
         attempts = 0
         last: str = "no attempt finished"
+        asked = wanted or []
         try:
             with anyio.fail_after(self.fetch_timeout_ms / 1000):
                 while True:
                     attempts += 1
+                    texts: dict[TopicPartition, str] = {}
                     try:
-                        verdict = classify_fetch_response(
-                            wanted, *await self._channel.fetch(wanted)
-                        )
+                        if with_metadata:
+                            code, full = await self._channel.fetch_with_metadata(wanted)
+                            answered = {tp: (o, c) for tp, (o, _, c) in full.items()}
+                            texts = {tp: text for tp, (_, text, _) in full.items()}
+                        else:
+                            code, answered = await self._channel.fetch(asked)
+                        requested = sorted(answered) if wanted is None else wanted
+                        verdict = classify_fetch_response(requested, code, answered)
                     except ChannelError as e:
                         if e.fatal:
                             raise OffsetFetchError(
-                                self.group, wanted, e.reason, attempts=attempts
+                                self.group, asked, e.reason, attempts=attempts
                             ) from e
                         last = e.reason
                     else:
                         if verdict.action is FetchAction.DONE:
-                            return dict(verdict.offsets)
+                            return {
+                                tp: (offset, texts.get(tp, "") if offset >= 0 else "")
+                                for tp, offset in verdict.offsets.items()
+                            }
                         last = verdict.describe()
                         if verdict.action is FetchAction.FAIL:
-                            raise OffsetFetchError(self.group, wanted, last, attempts=attempts)
+                            raise OffsetFetchError(self.group, asked, last, attempts=attempts)
                         if verdict.action is FetchAction.REDISCOVER:
                             self._channel.forget_coordinator()
                     log.warning(
@@ -205,7 +249,7 @@ class KafkaOffsetStore:
         except TimeoutError:
             raise OffsetFetchError(
                 self.group,
-                wanted,
+                asked,
                 f"no answer within {self.fetch_timeout_ms} ms (last failure: {last})",
                 attempts=attempts,
             ) from None
@@ -216,6 +260,7 @@ class KafkaOffsetStore:
         *,
         retries: int = 0,
         fences: Mapping[TopicPartition, int] | None = None,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> int:
         """Commit ``offsets`` to the group's coordinator: always all of them.
 
@@ -237,6 +282,10 @@ class KafkaOffsetStore:
                 auto commits, as the original's documentation (not its code) promised.
             fences: ignored: Kafka cannot check a ZooKeeper node in the same step (the
                 connector checks the fencing nodes just before committing).
+            metadata: ``{partition: metadata string}`` to commit with the offsets (the broker
+                keeps it with the offset, up to its ``offset.metadata.max.bytes``;
+                :meth:`fetch_metadata` reads it back); partitions left out, or all with
+                ``None`` (the default), get empty metadata.
 
         Returns:
             The number of partitions the coordinator accepted.
@@ -249,7 +298,7 @@ class KafkaOffsetStore:
             ConsumerClosedError: the store is closed.
             ValueError: ``retries`` is negative.
         """
-        result = await self.commit_with_result(offsets, retries=retries)
+        result = await self.commit_with_result(offsets, retries=retries, metadata=metadata)
         if result.fenced:
             raise CommitFencedError(self.group, result.fenced)
         if result.failed:
@@ -259,7 +308,11 @@ class KafkaOffsetStore:
         return len(result.accepted)
 
     async def commit_with_result(
-        self, offsets: Mapping[TopicPartition, int], *, retries: int = 0
+        self,
+        offsets: Mapping[TopicPartition, int],
+        *,
+        retries: int = 0,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> CommitResult:
         """:meth:`commit`, returning what was and was not committed instead of raising.
 
@@ -269,6 +322,7 @@ class KafkaOffsetStore:
         Args:
             offsets: as :meth:`commit`.
             retries: as :meth:`commit`.
+            metadata: as :meth:`commit`.
 
         Returns:
             The partitions accepted, failed and dropped, and the attempts made.
@@ -295,9 +349,14 @@ class KafkaOffsetStore:
                 self._group_generation() if self._group_generation is not None else (-1, "")
             )
             try:
-                codes = await self._channel.commit(
-                    pending, generation=generation, member_id=member_id
-                )
+                if metadata is None:
+                    codes = await self._channel.commit(
+                        pending, generation=generation, member_id=member_id
+                    )
+                else:
+                    codes = await self._channel.commit(
+                        pending, generation=generation, member_id=member_id, metadata=metadata
+                    )
             except ChannelError as e:
                 failed = dict.fromkeys(pending, e.reason)
                 if e.fatal:

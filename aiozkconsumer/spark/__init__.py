@@ -1,6 +1,7 @@
 """Spark bridges: the ``zkkafka`` Structured Streaming source and push-mode ``foreach_batch``.
 
-Pull mode — a streaming query whose source is a member of a ZooKeeper consumer group::
+Pull mode — a streaming query whose source is a member of a consumer group (ZooKeeper-
+coordinated, or Kafka-coordinated with ``group.coordinator=kafka`` and ``bootstrap.servers``)::
 
     from aiozkconsumer import spark as zkspark
 
@@ -33,9 +34,14 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from .bridge import (
     BatchLog,
     BatchLogConflictError,
+    BatchLogStore,
+    BatchMark,
     BatchRecord,
+    KafkaBatchLog,
+    ZookeeperBatchLog,
     batch_log_path,
     foreach_batch,
+    open_batch_log,
 )
 from .columns import RecordColumns
 from .executor import DataLossError, ZkKafkaInputPartition
@@ -55,18 +61,23 @@ __all__ = [
     "SOURCE_NAME",
     "BatchLog",
     "BatchLogConflictError",
+    "BatchLogStore",
+    "BatchMark",
     "BatchRecord",
     "DataLossError",
+    "KafkaBatchLog",
     "RecordColumns",
     "SourceOptions",
     "StartingOffsets",
     "ZkKafkaDataSource",
     "ZkKafkaInputPartition",
     "ZkKafkaStreamReader",
+    "ZookeeperBatchLog",
     "arrow_schema",
     "batch_log_path",
     "foreach_batch",
     "kafka_schema",
+    "open_batch_log",
     "parse_source_options",
     "records_to_arrow",
     "register",

@@ -1,26 +1,40 @@
 """Push mode: ``await foreach_batch(connector, spark, fn)`` — micro-batches from an async service.
 
-For services that already run a :class:`~aiozkconsumer.ZookeeperConsumerConnector` and want
-Spark's ``foreachBatch`` contract without a streaming query: records are collected from the
-connector's streams into micro-batches, each becomes a DataFrame through Arrow (the Kafka
-source's schema), ``fn(df, batch_id)`` runs in a worker thread — the event loop keeps
-fetching and heartbeating ZooKeeper meanwhile — and the batch's offsets are committed only
-after ``fn`` returned.
+For services that already run a connector — a
+:class:`~aiozkconsumer.ZookeeperConsumerConnector` or a Kafka-coordinated
+:class:`~aiozkconsumer.KafkaConsumerConnector` — and want Spark's ``foreachBatch`` contract
+without a streaming query: records are collected from the connector's streams into
+micro-batches, each becomes a DataFrame through Arrow (the Kafka source's schema),
+``fn(df, batch_id)`` runs in a worker thread — the event loop keeps fetching and keeping the
+group session meanwhile — and the batch's offsets are committed only after ``fn`` returned.
 
-Batch ids live with the group, in a persistent ZooKeeper node the original layout does not
-use, ``/consumers/<group>/spark/batch_id``. It holds the last batch handed to ``fn`` as JSON::
+Batch ids and the last batch handed to ``fn`` are kept with the group, in a *batch log*
+(:class:`BatchLogStore`), so that after a failure the next run knows whether batch 7 was
+finished and, if not, hands ``fn`` batch 7 again with exactly those records. It is written
+before ``fn`` runs (``committed: false``) and again with the offsets after ``fn`` returned
+(``committed: true``). Where it lives depends on the connector:
 
-    {"version": 1, "batch_id": 7, "committed": false,
-     "offsets": {"payments": {"0": [1200, 1450], "3": [980, 1010]}}}
+- **ZooKeeper-coordinated** (:class:`ZookeeperBatchLog`): a persistent node the original
+  layout does not use, ``/consumers/<group>/spark/batch_id``, holding the last batch as
+  JSON::
 
-(``[first offset, next offset]`` per partition). The node is written before ``fn`` runs
-(``committed: false``) and again after the offsets were committed (``committed: true``), so
-after a crash the next run knows whether batch 7 was finished and, if not, hands ``fn`` batch
-7 again with exactly those records. A new process (or a partition a rebalance took away and
-gave back) reads them again from the committed offsets; a retry with the same connector gets
-them from the bridge, which keeps a batch until it is committed (the streams handed its
-records out already). Ids are contiguous and survive restarts; an idempotent sink that
-stores the last batch id it wrote can skip a replayed batch.
+      {"version": 1, "batch_id": 7, "committed": false,
+       "offsets": {"payments": {"0": [1200, 1450], "3": [980, 1010]}}}
+
+  (``[first offset, next offset]`` per partition), written with compare-and-set.
+- **Kafka-coordinated** (:class:`KafkaBatchLog`, no ZooKeeper): the metadata string Kafka
+  keeps with each committed offset. Before ``fn`` runs, the batch's partitions are committed
+  at their current offsets with metadata ``{"b":7,"c":false,"r":[1200,1450]}``; after it
+  returned, at their new offsets with ``"c":true`` — one generation-fenced OffsetCommit, so
+  the offset and the mark move together. Recovery reads them back with OffsetFetch: the batch
+  id is the largest found, the unfinished batch's ranges those of its partitions still
+  marked ``"c":false``.
+
+A new process (or a partition a rebalance took away and gave back) reads a replayed batch
+again from the committed offsets; a retry with the same connector gets it from the bridge,
+which keeps a batch until it is committed (the streams handed its records out already). Ids
+are contiguous and survive restarts; an idempotent sink that stores the last batch id it
+wrote can skip a replayed batch.
 """
 
 from __future__ import annotations
@@ -31,21 +45,28 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import anyio
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from ..base_connector import ConsumerConnector
 from ..connector import ZookeeperConsumerConnector
 from ..errors import (
+    CommitFencedError,
     ConsumerError,
     ConsumerTimeoutError,
+    GroupCoordinatorError,
     InvalidConfigError,
     MalformedZookeeperDataError,
+    OffsetCommitError,
     ZookeeperBadVersionError,
     ZookeeperNodeExistsError,
     ZookeeperNoNodeError,
 )
+from ..kafka_connector import KafkaConsumerConnector
+from ..offsets import KafkaOffsetStore
 from ..records import MessageAndMetadata, PartitionTopicInfo, TopicPartition
 from ..stream import KafkaStream
 from ..zk import layout
@@ -54,12 +75,19 @@ from .schema import records_to_arrow
 
 __all__ = [
     "BATCH_LOG_VERSION",
+    "DEFAULT_BATCH_LOG_NAME",
     "BatchLog",
     "BatchLogConflictError",
+    "BatchLogStore",
+    "BatchMark",
     "BatchRecord",
+    "KafkaBatchLog",
+    "ZookeeperBatchLog",
     "batch_log_path",
     "batch_ranges",
     "foreach_batch",
+    "last_batch",
+    "open_batch_log",
     "split_replay",
 ]
 
@@ -67,6 +95,9 @@ log = logging.getLogger(__name__)
 
 BATCH_LOG_VERSION = 1
 """The ``version`` field of the batch log node's JSON."""
+
+DEFAULT_BATCH_LOG_NAME = "batch_id"
+"""The batch log's name unless ``foreach_batch(batch_log_name=...)`` gives another."""
 
 BatchFunction = Callable[[DataFrame, int], object]
 """``fn(df, batch_id)``, as ``DataStreamWriter.foreachBatch`` takes it."""
@@ -79,7 +110,7 @@ class BatchLogConflictError(ConsumerError):
     """
 
 
-def batch_log_path(group: str, name: str = "batch_id") -> str:
+def batch_log_path(group: str, name: str = DEFAULT_BATCH_LOG_NAME) -> str:
     """The batch log node of a group, ``/consumers/<group>/spark/<name>``.
 
     Args:
@@ -158,7 +189,9 @@ class BatchRecord:
 
 
 class BatchLog:
-    """The batch log node, written with compare-and-set on its version.
+    """The batch log node in ZooKeeper, written with compare-and-set on its version.
+
+    The storage of :class:`ZookeeperBatchLog`.
 
     Args:
         zk: the connector's ZooKeeper client.
@@ -218,6 +251,330 @@ class BatchLog:
 
     def __repr__(self) -> str:
         return f"<BatchLog {self.path} version={self._version}>"
+
+
+class BatchLogStore(Protocol):
+    """Where ``foreach_batch`` keeps its batch log; :func:`open_batch_log` picks one.
+
+    Implemented by :class:`ZookeeperBatchLog` (a ZooKeeper node) and :class:`KafkaBatchLog`
+    (the metadata of the group's committed offsets in Kafka).
+    """
+
+    async def load(self) -> BatchRecord | None:
+        """The last batch handed to ``fn``, or ``None`` when the group never ran one.
+
+        ``ranges`` holds every partition of that batch the log still knows of.
+        """
+        ...
+
+    async def begin(self, record: BatchRecord) -> None:
+        """Record ``record`` (``committed=False``) before ``fn`` gets it; offsets stay."""
+        ...
+
+    async def complete(self, record: BatchRecord) -> dict[TopicPartition, int]:
+        """After ``fn`` returned: commit the batch's end offsets of the partitions still
+        owned (never backwards) and mark the batch committed. Returns the offsets written."""
+        ...
+
+
+class ZookeeperBatchLog:
+    """The batch log of a ZooKeeper-coordinated group: one persistent node (:class:`BatchLog`).
+
+    Offsets are committed with ``commit_offsets`` between the two writes of the node, so
+    after a crash between them the node says ``committed: false`` while the group's offsets
+    show the batch finished; recovery then finishes it instead of replaying it.
+
+    Args:
+        connector: the connector whose group the log belongs to.
+        name: the node's name under ``/consumers/<group>/spark/``.
+
+    Raises:
+        ValueError: ``name`` cannot be a ZooKeeper path element.
+    """
+
+    def __init__(
+        self, connector: ZookeeperConsumerConnector, name: str = DEFAULT_BATCH_LOG_NAME
+    ) -> None:
+        self.connector = connector
+        self.node = BatchLog(connector.zk, batch_log_path(connector.config.group_id, name))
+
+    async def load(self) -> BatchRecord | None:
+        """Read the node (see :meth:`BatchLog.load`).
+
+        Raises:
+            MalformedZookeeperDataError: the node does not hold a batch log.
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
+        return await self.node.load()
+
+    async def begin(self, record: BatchRecord) -> None:
+        """Write the node.
+
+        Raises:
+            BatchLogConflictError: another bridge writes the same node.
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
+        await self.node.write(record)
+
+    async def complete(self, record: BatchRecord) -> dict[TopicPartition, int]:
+        """``commit_offsets`` of the end offsets, then the node with ``committed: true``.
+
+        Raises:
+            ZookeeperConnectionError: the session is suspended or ZooKeeper is unreachable.
+            CommitFencedError: another member claimed a partition since.
+            OffsetCommitError: Kafka refused the offsets (``offsets.storage=kafka``).
+            BatchLogConflictError: another bridge writes the same node.
+        """
+        offsets = await _commit(self.connector, record.ranges)
+        await self.node.write(replace(record, committed=True))
+        return offsets
+
+    def __repr__(self) -> str:
+        return f"<ZookeeperBatchLog {self.node!r}>"
+
+
+@dataclass(frozen=True)
+class BatchMark:
+    """One partition's entry in the Kafka batch log: the metadata committed with its offset.
+
+    Encoded as compact JSON, ``{"b":7,"c":false,"r":[1200,1450]}`` (plus ``"n":<name>`` for a
+    log not named ``batch_id``): far below the broker's ``offset.metadata.max.bytes`` (4096
+    by default).
+
+    Attributes:
+        batch_id: the batch the partition was last part of.
+        committed: whether that batch's offsets were committed (``fn`` returned).
+        first: the batch's first offset of the partition.
+        end: the batch's next offset of the partition (last offset + 1).
+        name: the batch log's name (``foreach_batch(batch_log_name=...)``).
+    """
+
+    batch_id: int
+    committed: bool
+    first: int
+    end: int
+    name: str = DEFAULT_BATCH_LOG_NAME
+
+    def encode(self) -> str:
+        """The metadata string."""
+        body: dict[str, object] = {
+            "b": self.batch_id,
+            "c": self.committed,
+            "r": [self.first, self.end],
+        }
+        if self.name != DEFAULT_BATCH_LOG_NAME:
+            body["n"] = self.name
+        return json.dumps(body, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> BatchMark | None:
+        """Read a metadata string written by :meth:`encode`.
+
+        Args:
+            text: the metadata committed with an offset.
+
+        Returns:
+            The mark; ``None`` for anything else (empty metadata, another client's), which
+            is not an error: any consumer of the group may commit the partition.
+        """
+        if not text.startswith("{"):
+            return None
+        try:
+            body = json.loads(text)
+            batch_id, committed, (first, end) = body["b"], body["c"], body["r"]
+            name = body.get("n", DEFAULT_BATCH_LOG_NAME)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+        ints = (batch_id, first, end)
+        if (
+            not all(isinstance(v, int) and not isinstance(v, bool) for v in ints)
+            or not isinstance(committed, bool)
+            or not isinstance(name, str)
+            or batch_id < 0
+            or not 0 <= first < end
+        ):
+            return None
+        return cls(batch_id, committed, first, end, name)
+
+
+def last_batch(marks: Mapping[TopicPartition, BatchMark]) -> BatchRecord | None:
+    """The last batch a Kafka batch log shows, from its partitions' marks.
+
+    Args:
+        marks: ``{tp: mark}`` of one log (one name).
+
+    Returns:
+        ``None`` without marks; else the largest batch id found, committed when every
+        partition marked with it is (a batch's commit is one OffsetCommit, but a partition
+        may fail in it), with the ranges of all those partitions.
+    """
+    if not marks:
+        return None
+    batch_id = max(m.batch_id for m in marks.values())
+    of_last = {tp: m for tp, m in marks.items() if m.batch_id == batch_id}
+    return BatchRecord(
+        batch_id,
+        all(m.committed for m in of_last.values()),
+        {tp: (m.first, m.end) for tp, m in sorted(of_last.items())},
+    )
+
+
+class KafkaBatchLog:
+    """The batch log of a Kafka-coordinated group, kept in its committed offsets' metadata.
+
+    A Kafka-coordinated group has no ZooKeeper; Kafka keeps a metadata string with every
+    committed offset (OffsetCommit), returned by OffsetFetch. Each partition of a batch
+    carries its part of the log there (:class:`BatchMark`):
+
+    - :meth:`begin` commits the batch's partitions at their current committed offsets (the
+      batch's first offset where the group has none) with ``"c":false``;
+    - :meth:`complete` commits their end offsets with ``"c":true`` — offsets and mark in one
+      OffsetCommit;
+    - :meth:`load` reads the group's every committed offset and takes the largest batch id.
+
+    Both writes carry the member's generation, so a member whose generation is over cannot
+    write the log either (``CommitFencedError``, as ``commit_offsets``). They go to the
+    offset store directly (``commit_offsets`` sends no metadata) and record what was
+    committed in the connector's ownership state, as ``commit_offsets`` does.
+
+    A partition committed by another consumer of the group loses its mark. Batch ids
+    continue from the largest mark the log still finds, so give each bridge of a group its
+    own ``name``, and expect a bridge whose partitions all moved to other members to find
+    no marks of its own (its ids start at 0 again).
+
+    Args:
+        connector: the Kafka-coordinated connector.
+        name: the log's name, written into each mark unless ``batch_id``.
+
+    Raises:
+        ValueError: ``name`` is empty.
+        TypeError: the connector's offset store is not a ``KafkaOffsetStore``.
+    """
+
+    def __init__(
+        self, connector: KafkaConsumerConnector, name: str = DEFAULT_BATCH_LOG_NAME
+    ) -> None:
+        if not name:
+            raise ValueError("the batch log name must not be empty")
+        store = connector.offset_store
+        if not isinstance(store, KafkaOffsetStore):
+            raise TypeError(f"expected a KafkaOffsetStore, got {type(store).__name__}")
+        self.connector = connector
+        self.store = store
+        self.name = name
+
+    async def load(self) -> BatchRecord | None:
+        """OffsetFetch of every partition the group committed; the last batch of this log.
+
+        Raises:
+            OffsetFetchError: the coordinator did not answer in time, or refused.
+        """
+        committed = await self.store.fetch_metadata()
+        marks: dict[TopicPartition, BatchMark] = {}
+        for tp, (_, text) in committed.items():
+            mark = BatchMark.decode(text)
+            if mark is not None and mark.name == self.name:
+                marks[tp] = mark
+        return last_batch(marks)
+
+    async def begin(self, record: BatchRecord) -> None:
+        """Mark the batch's owned partitions ``"c":false`` at their current offsets.
+
+        Raises:
+            CommitFencedError: the member's generation is over; nothing was written.
+            GroupCoordinatorError: no heartbeat was answered for a session timeout.
+            OffsetCommitError: some marks were not written after every attempt.
+        """
+        stats = self.connector.statistics()
+        owned = set(stats.owned_partitions)
+        known = stats.committed_offsets
+        offsets = {
+            tp: known.get(tp, first) for tp, (first, _) in record.ranges.items() if tp in owned
+        }
+        await self._commit(offsets, record, committed=False)
+
+    async def complete(self, record: BatchRecord) -> dict[TopicPartition, int]:
+        """Commit the end offsets of the batch's owned partitions with ``"c":true``.
+
+        Raises:
+            CommitFencedError: the member's generation is over; nothing was committed.
+            GroupCoordinatorError: no heartbeat was answered for a session timeout.
+            OffsetCommitError: some offsets were not committed after every attempt.
+        """
+        stats = self.connector.statistics()
+        owned = set(stats.owned_partitions)
+        known = stats.committed_offsets
+        offsets = {
+            tp: max(end, known.get(tp, -1)) for tp, (_, end) in record.ranges.items() if tp in owned
+        }
+        await self._commit(offsets, record, committed=True)
+        return offsets
+
+    async def _commit(
+        self, offsets: Mapping[TopicPartition, int], record: BatchRecord, *, committed: bool
+    ) -> None:
+        """One fenced OffsetCommit of ``offsets`` with the batch's marks, and its bookkeeping
+        (what ``commit_offsets`` does besides the request)."""
+        if not offsets:
+            return
+        conn = self.connector
+        group = conn.config.group_id
+        await _wait_gate(conn)
+        if not conn.gate.passable():
+            raise GroupCoordinatorError(
+                group,
+                "?",
+                "no heartbeat was answered for a session timeout: not writing the batch log "
+                "while another member may own the partitions",
+            )
+        metadata = {
+            tp: BatchMark(record.batch_id, committed, *record.ranges[tp], self.name).encode()
+            for tp in offsets
+        }
+        result = await self.store.commit_with_result(
+            offsets, retries=conn.config.offsets_commit_max_retries, metadata=metadata
+        )
+        done = dict(result.accepted)
+        conn.ownership.record_committed(done)
+        if done:
+            conn.metrics.kafka_commits_per_sec().mark(len(done))
+            if committed:
+                conn.interceptors.on_commit(done)
+        if result.fenced:
+            conn.request_rebalance("batch log commit fenced")
+            raise CommitFencedError(group, result.fenced)
+        failed = dict(result.failed)
+        failed.update(
+            dict.fromkeys(result.dropped, "OFFSET_METADATA_TOO_LARGE (offset.metadata.max.bytes)")
+        )
+        if failed:
+            raise OffsetCommitError(group, failed, committed=len(done), attempts=result.attempts)
+
+    def __repr__(self) -> str:
+        return f"<KafkaBatchLog group={self.connector.config.group_id} name={self.name}>"
+
+
+def open_batch_log(
+    connector: ConsumerConnector, name: str = DEFAULT_BATCH_LOG_NAME
+) -> BatchLogStore:
+    """The batch log for a connector's kind of group.
+
+    Args:
+        connector: a ``ZookeeperConsumerConnector`` or a ``KafkaConsumerConnector``.
+        name: the log's name (``foreach_batch(batch_log_name=...)``).
+
+    Returns:
+        A :class:`ZookeeperBatchLog` or a :class:`KafkaBatchLog`.
+
+    Raises:
+        TypeError: another kind of connector.
+        ValueError: ``name`` is not usable.
+    """
+    if isinstance(connector, ZookeeperConsumerConnector):
+        return ZookeeperBatchLog(connector, name)
+    if isinstance(connector, KafkaConsumerConnector):
+        return KafkaBatchLog(connector, name)
+    raise TypeError(f"no batch log for a {type(connector).__name__}")
 
 
 def batch_ranges(records: Iterable[MessageAndMetadata]) -> dict[TopicPartition, tuple[int, int]]:
@@ -385,7 +742,9 @@ class _Buffer:
             batch is not the one to replay); the batch stays held until the replay replaces
             it (a call cancelled before leaves it for the next one). A held batch the log
             never recorded (writing the log failed before ``fn`` ran) goes back to the front
-            of the buffer instead; one the log shows finished is dropped.
+            of the buffer instead, and so do held partitions the replayed batch's log entry
+            leaves out (a Kafka batch log whose first write failed for some of them: ``fn``
+            never saw them); one the log shows finished is dropped.
         """
         held = self.held
         if held is None:
@@ -394,6 +753,26 @@ class _Buffer:
         if replay is not None and replay.batch_id == held.batch_id:
             ranges = batch_ranges(held.records)
             keep = {tp for tp, r in replay.ranges.items() if tp in current and ranges.get(tp) == r}
+            back = {tp for tp in current if tp not in replay.ranges}
+            if back:
+                log.info(
+                    "batch %d: %d partitions are not in its log entry; their records go back "
+                    "to the buffer",
+                    held.batch_id,
+                    len(back),
+                )
+                for tp in back:
+                    self.adopt(tp, held.sources[tp])
+                self.records[:0] = [
+                    r for r in held.records if TopicPartition(r.topic, r.partition) in back
+                ]
+                held = self.held = replace(
+                    held,
+                    records=[
+                        r for r in held.records if TopicPartition(r.topic, r.partition) not in back
+                    ],
+                    sources={tp: s for tp, s in held.sources.items() if tp not in back},
+                )
             log.info(
                 "batch %d: replaying %d partitions from the records held, %d from the streams",
                 held.batch_id,
@@ -416,13 +795,11 @@ class _Buffer:
         return records
 
 
-_buffers: weakref.WeakKeyDictionary[ZookeeperConsumerConnector, _Buffer] = (
-    weakref.WeakKeyDictionary()
-)
+_buffers: weakref.WeakKeyDictionary[ConsumerConnector, _Buffer] = weakref.WeakKeyDictionary()
 
 
 async def _pump(
-    connector: ZookeeperConsumerConnector, stream: KafkaStream, buf: _Buffer, max_records: int
+    connector: ConsumerConnector, stream: KafkaStream, buf: _Buffer, max_records: int
 ) -> None:
     """Move records from one stream into the buffer, keeping at most ~2 batches buffered.
 
@@ -450,12 +827,12 @@ async def _pump(
         buf.notify()
 
 
-def _owned(connector: ZookeeperConsumerConnector) -> set[TopicPartition]:
+def _owned(connector: ConsumerConnector) -> set[TopicPartition]:
     return set(connector.statistics().owned_partitions)
 
 
 async def _take(
-    connector: ZookeeperConsumerConnector,
+    connector: ConsumerConnector,
     buf: _Buffer,
     streams: int,
     max_records: int,
@@ -486,7 +863,7 @@ async def _take(
 
 
 async def _take_replay(
-    connector: ZookeeperConsumerConnector,
+    connector: ConsumerConnector,
     buf: _Buffer,
     streams: int,
     targets: Mapping[TopicPartition, tuple[int, int]],
@@ -536,14 +913,25 @@ def _run_batch(
     fn(df, batch_id)
 
 
+async def _wait_gate(connector: ConsumerConnector) -> None:
+    """While the session is in doubt, give it the session timeout to come back."""
+    if connector.gate.passable():
+        return
+    config = connector.config
+    timeout_ms = (
+        config.session_timeout_ms
+        if config.kafka_coordinated
+        else config.zookeeper_session_timeout_ms
+    )
+    with anyio.move_on_after(timeout_ms / 1000):
+        await connector.gate.wait_open()
+
+
 async def _commit(
-    connector: ZookeeperConsumerConnector, ranges: Mapping[TopicPartition, tuple[int, int]]
+    connector: ConsumerConnector, ranges: Mapping[TopicPartition, tuple[int, int]]
 ) -> dict[TopicPartition, int]:
     """Commit the batch's end offsets of partitions still owned, forward only."""
-    if not connector.gate.open:
-        # The session is in doubt; give it the session timeout to come back.
-        with anyio.move_on_after(connector.config.zookeeper_session_timeout_ms / 1000):
-            await connector.gate.wait_open()
+    await _wait_gate(connector)
     stats = connector.statistics()
     owned = set(stats.owned_partitions)
     known = stats.committed_offsets
@@ -556,12 +944,12 @@ async def _commit(
 
 
 def _resolve(
-    connector_or_streams: ZookeeperConsumerConnector
+    connector_or_streams: ConsumerConnector
     | Iterable[KafkaStream]
     | Mapping[str, Sequence[KafkaStream]],
-    connector: ZookeeperConsumerConnector | None,
-) -> tuple[ZookeeperConsumerConnector, list[KafkaStream]]:
-    if isinstance(connector_or_streams, ZookeeperConsumerConnector):
+    connector: ConsumerConnector | None,
+) -> tuple[ConsumerConnector, list[KafkaStream]]:
+    if isinstance(connector_or_streams, ConsumerConnector):
         if connector is not None and connector is not connector_or_streams:
             raise ValueError("two different connectors given")
         return connector_or_streams, connector_or_streams.streams()
@@ -577,7 +965,7 @@ def _resolve(
 
 
 async def _recover(
-    connector: ZookeeperConsumerConnector, batch_log: BatchLog
+    connector: ConsumerConnector, batch_log: BatchLogStore
 ) -> tuple[int, BatchRecord | None]:
     """The next batch id, and the batch to replay first (``None`` if the last one finished)."""
     last = await batch_log.load()
@@ -589,8 +977,7 @@ async def _recover(
     if any(committed.get(tp, -1) >= end for tp, (_, end) in last.ranges.items()):
         # Offsets are committed only after fn returned: batch N was done, its commit cut short.
         log.info("batch %d was processed; finishing its commit", last.batch_id)
-        await _commit(connector, last.ranges)
-        await batch_log.write(replace(last, committed=True))
+        await batch_log.complete(last)
         return last.batch_id + 1, None
     owned = _owned(connector)
     targets = {tp: r for tp, r in last.ranges.items() if tp in owned}
@@ -605,28 +992,33 @@ async def _recover(
 
 
 async def foreach_batch(
-    connector_or_streams: ZookeeperConsumerConnector
+    connector_or_streams: ConsumerConnector
     | Iterable[KafkaStream]
     | Mapping[str, Sequence[KafkaStream]],
     spark: SparkSession,
     fn: BatchFunction,
     *,
-    connector: ZookeeperConsumerConnector | None = None,
+    connector: ConsumerConnector | None = None,
     max_records: int = 10000,
     max_interval_ms: int = 1000,
     include_headers: bool = False,
     max_batches: int | None = None,
-    batch_log_name: str = "batch_id",
+    batch_log_name: str = DEFAULT_BATCH_LOG_NAME,
 ) -> int:
     """Feed a connector's records to ``fn(df, batch_id)`` in micro-batches; commit after each.
 
     Per batch: up to ``max_records`` records are collected (a batch closes
-    ``max_interval_ms`` after its first record, or when full); the batch log node records
-    the batch; ``fn`` gets a DataFrame in the Kafka source's schema and the batch id, in a
+    ``max_interval_ms`` after its first record, or when full); the batch log records the
+    batch; ``fn`` gets a DataFrame in the Kafka source's schema and the batch id, in a
     worker thread (``anyio.to_thread.run_sync``), while the event loop goes on fetching and
-    heartbeating ZooKeeper; when ``fn`` returned, the batch's offsets are committed
-    (``commit_offsets`` with explicit offsets, for partitions still owned) and the batch is
-    marked committed.
+    keeping the group session (ZooKeeper, or heartbeats to the group coordinator); when
+    ``fn`` returned, the batch's offsets are committed (for partitions still owned, never
+    backwards) and the batch is marked committed.
+
+    The batch log is chosen by the connector (:func:`open_batch_log`): for a
+    ``ZookeeperConsumerConnector`` a ZooKeeper node (:class:`ZookeeperBatchLog`), for a
+    ``KafkaConsumerConnector`` the metadata of the group's committed offsets
+    (:class:`KafkaBatchLog`; the offsets and the mark are one generation-fenced commit).
 
     Delivery is at-least-once; with an idempotent sink keyed on ``batch_id`` it is
     exactly-once: after a crash or an exception in ``fn``, the next run starts with the
@@ -638,9 +1030,9 @@ async def foreach_batch(
     that batch's records out already, and the bridge replays them from memory.
 
     Args:
-        connector_or_streams: a started connector whose streams exist (all its streams are
-            read), or some of its streams (a list, or the dict of ``create_message_streams``)
-            together with ``connector=``.
+        connector_or_streams: a started connector (ZooKeeper- or Kafka-coordinated) whose
+            streams exist (all its streams are read), or some of its streams (a list, or the
+            dict of ``create_message_streams``) together with ``connector=``.
         spark: the session the DataFrames are created in.
         fn: called as ``fn(df, batch_id)``; its return value is ignored.
         connector: the connector the streams belong to, when streams are passed.
@@ -648,8 +1040,9 @@ async def foreach_batch(
         max_interval_ms: how long a batch may wait for more records after its first, >= 0.
         include_headers: add the ``headers`` column.
         max_batches: return after this many batches (``None``: until the streams end).
-        batch_log_name: the batch log node under ``/consumers/<group>/spark/`` (give each
-            bridge in one group its own).
+        batch_log_name: the batch log's name: its node under ``/consumers/<group>/spark/``
+            (ZooKeeper), or the name in its offset metadata (Kafka). Give each bridge in one
+            group its own.
 
     Returns:
         The number of batches processed and committed by this call.
@@ -659,9 +1052,15 @@ async def foreach_batch(
             records before ``fn`` processed them).
         ValueError: ``max_records``, ``max_interval_ms`` or ``max_batches`` out of range.
         TypeError: streams were passed without ``connector=``.
-        BatchLogConflictError: another bridge writes the same batch log node.
+        BatchLogConflictError: another bridge writes the same batch log node (ZooKeeper).
         ZookeeperConnectionError: the commit found the ZooKeeper session suspended.
-        OffsetCommitError: Kafka refused the offsets.
+        GroupCoordinatorError: (Kafka-coordinated) no heartbeat was answered for a session
+            timeout: nothing is committed while another member may own the partitions.
+        CommitFencedError: the partitions were claimed by another member since (ZooKeeper),
+            or the member's generation is over (Kafka): nothing of the batch was committed;
+            it is replayed by the next call, for the partitions still owned.
+        OffsetCommitError: Kafka refused the offsets (or the batch log's metadata).
+        OffsetFetchError: (Kafka-coordinated) the batch log could not be read.
         Exception: whatever ``fn`` raised; that batch is not committed and is replayed by
             the next call, with the same connector or a new one.
     """
@@ -677,7 +1076,7 @@ async def foreach_batch(
         raise ValueError(f"max_interval_ms must be >= 0, got {max_interval_ms}")
     if max_batches is not None and max_batches < 1:
         raise ValueError(f"max_batches must be >= 1 or None, got {max_batches}")
-    batch_log = BatchLog(conn.zk, batch_log_path(conn.config.group_id, batch_log_name))
+    batch_log = open_batch_log(conn, batch_log_name)
     next_id, replay = await _recover(conn, batch_log)
     buf = _buffers.setdefault(conn, _Buffer())
     buf.ended = 0
@@ -703,14 +1102,13 @@ async def foreach_batch(
                     # Until it is committed: a retry in this process replays it from here.
                     buf.hold(next_id, records)
                     if replay is None:
-                        await batch_log.write(record)
+                        await batch_log.begin(record)
                     log.debug("batch %d: %d records", next_id, len(records))
                     await anyio.to_thread.run_sync(
                         _run_batch, spark, fn, records, next_id, include_headers
                     )
                     with anyio.CancelScope(shield=True):
-                        await _commit(conn, record.ranges)
-                        await batch_log.write(replace(record, committed=True))
+                        await batch_log.complete(record)
                         buf.held = None
                     next_id += 1
                     done += 1

@@ -85,10 +85,15 @@ _UNSUPPORTED_KEYS = {
     "endingoffsetsbytimestamp": "batch queries are not supported",
     "minoffsetspertrigger": "not supported",
     "maxtriggerdelay": "not supported",
-    "kafka.group.id": "use group.id: the source is a member of that ZooKeeper group",
-    "groupidprefix": "use group.id: the source is a member of that ZooKeeper group",
+    "kafka.group.id": "use group.id: the source is a member of that consumer group",
+    "groupidprefix": "use group.id: the source is a member of that consumer group",
 }
 _CONFIG_KEYS = frozenset(ConsumerConfig.__dataclass_fields__)
+# Other names of consumer properties: the Kafka source's prefixed one and the Java client's.
+_PROPERTY_ALIASES = {
+    "kafka.bootstrap.servers": "bootstrap.servers",
+    "enable.auto.commit": "auto.commit.enable",
+}
 
 
 @dataclass(frozen=True)
@@ -203,12 +208,15 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     Source options follow Spark's Kafka source (case-insensitive): exactly one of
     ``subscribe`` (comma-separated topics) and ``subscribePattern`` (a regex, subscribed as
     the old consumer's ``Whitelist``); ``startingOffsets``; ``maxOffsetsPerTrigger``;
-    ``minPartitions``; ``failOnDataLoss``; ``includeHeaders``. Every option with a dot is an
-    old-consumer property (``group.id`` and ``zookeeper.connect`` are required;
-    ``offsets.storage``, ``zookeeper.session.timeout.ms``, ``fetch.message.max.bytes``,
-    ``bootstrap.servers``, ... as ``ConsumerConfig``); ``kafka.bootstrap.servers`` is read as
-    ``bootstrap.servers``. Without ``startingOffsets``, ``auto.offset.reset`` is honoured
-    (``smallest`` = earliest).
+    ``minPartitions``; ``failOnDataLoss``; ``includeHeaders``. Every option with a dot is a
+    consumer property, as ``ConsumerConfig.from_properties`` reads it: ``group.id`` is
+    required; a ZooKeeper-coordinated group (``group.coordinator=zookeeper``, the default)
+    needs ``zookeeper.connect``, a Kafka-coordinated one (``group.coordinator=kafka``) needs
+    ``bootstrap.servers`` and no ZooKeeper; ``offsets.storage``,
+    ``zookeeper.session.timeout.ms``, ``session.timeout.ms``, ``fetch.message.max.bytes``, ...
+    pass through. ``kafka.bootstrap.servers`` is read as ``bootstrap.servers`` and
+    ``enable.auto.commit`` as ``auto.commit.enable``. Without ``startingOffsets``,
+    ``auto.offset.reset`` is honoured (``smallest``/``earliest`` = earliest).
 
     Args:
         options: the source options (keys in any letter case).
@@ -217,10 +225,11 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         The checked options.
 
     Raises:
-        InvalidConfigError: a required option is missing, a value is invalid, an option is
-            unknown or not supported (``assign``, timestamps, ``kafka.group.id``), both or
-            neither of ``subscribe`` and ``subscribePattern`` are given, or
-            ``auto.commit.enable`` is true.
+        InvalidConfigError: a required option is missing (``group.id``; ``zookeeper.connect``
+            of a ZooKeeper-coordinated group; ``bootstrap.servers`` of a Kafka-coordinated
+            one), a value is invalid, an option is unknown or not supported (``assign``,
+            timestamps, ``kafka.group.id``), both or neither of ``subscribe`` and
+            ``subscribePattern`` are given, or ``auto.commit.enable`` is true.
     """
     lowered = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
     properties: dict[str, str] = {}
@@ -229,7 +238,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
             raise InvalidConfigError(key, _UNSUPPORTED_KEYS[key])
         if key in _SOURCE_KEYS:
             continue
-        name = key.removeprefix("kafka.") if key == "kafka.bootstrap.servers" else key
+        name = _PROPERTY_ALIASES.get(key, key)
         if "." in name and name.replace(".", "_") in _CONFIG_KEYS and "_" not in name:
             properties[name] = value
             continue
@@ -238,7 +247,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
             "unknown option of the zkkafka source (source options: subscribe, "
             "subscribePattern, startingOffsets, maxOffsetsPerTrigger, minPartitions, "
             "failOnDataLoss, includeHeaders; anything else must be a consumer property "
-            "such as group.id or zookeeper.connect)",
+            "such as group.id, zookeeper.connect or bootstrap.servers)",
         )
     if _bool_option("auto.commit.enable", properties.get("auto.commit.enable", "false")):
         raise InvalidConfigError(
@@ -246,6 +255,12 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
             "must be false: the source commits offsets after Spark committed each batch",
         )
     properties["auto.commit.enable"] = "false"
+    if "zookeeper.connect" not in properties and "group.coordinator" not in properties:
+        raise InvalidConfigError(
+            "zookeeper.connect",
+            "missing: the source joins a ZooKeeper-coordinated group (the default); for a "
+            "Kafka-coordinated group set group.coordinator=kafka and bootstrap.servers",
+        )
     config = ConsumerConfig.from_properties(properties)
     reset = properties.get("auto.offset.reset")
 

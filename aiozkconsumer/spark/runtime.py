@@ -2,9 +2,10 @@
 
 Spark calls a stream reader's methods synchronously, from the JVM-driven Python process of
 the source (``python_streaming_source_runner``). The group member behind the reader is a
-:class:`~aiozkconsumer.ZookeeperConsumerConnector`, which needs a running event loop to
-heartbeat ZooKeeper and follow rebalances between those calls: :class:`LoopThread` keeps one
-running in a daemon thread and runs coroutines on it for the caller.
+connector (``ZookeeperConsumerConnector`` or ``KafkaConsumerConnector``), which needs a
+running event loop to keep its session (ZooKeeper, or heartbeats to the group coordinator)
+and follow rebalances between those calls: :class:`LoopThread` keeps one running in a daemon
+thread and runs coroutines on it for the caller.
 """
 
 from __future__ import annotations

@@ -1,14 +1,17 @@
-"""The ``zkkafka`` Structured Streaming source: a ZooKeeper group member that plans for Spark.
+"""The ``zkkafka`` Structured Streaming source: a consumer group member that plans for Spark.
 
 Three processes take part (PySpark's Python data source design):
 
 - the **source runner** (one Python process per source per query, on the driver host) holds
   the :class:`ZkKafkaStreamReader` Spark plans with. On first use the reader starts a
-  :class:`GroupMember`: a :class:`~aiozkconsumer.ZookeeperConsumerConnector` with
-  ``fetch=False`` on an event loop in a background thread. It registers in the group, takes
-  part in every rebalance, claims owner nodes and reads the committed offsets — and fetches
-  nothing. ``latestOffset`` plans offset ranges for the partitions it owns; ``commit``
-  writes the offsets of a batch to the group's offset store once Spark committed it.
+  :class:`GroupMember`: the connector ``group.coordinator`` names
+  (:func:`~aiozkconsumer.create_connector`: a ``ZookeeperConsumerConnector`` or a
+  ``KafkaConsumerConnector``) with ``fetch=False``, on an event loop in a background thread.
+  It joins the group (registration and owner nodes in ZooKeeper, or JoinGroup / SyncGroup
+  with the broker's group coordinator), takes part in every rebalance and reads the
+  committed offsets — and fetches nothing. ``latestOffset`` plans offset ranges for the
+  partitions it owns; ``commit`` writes the offsets of a batch to the group's offset store
+  once Spark committed it.
 - **executors** run :meth:`ZkKafkaStreamReader.read` for each planned range: it fetches
   ``[start, end)`` straight from the partition's leader (:class:`~aiozkconsumer.simple_consumer.
   SimpleConsumer`) and yields Arrow record batches in the Kafka source's schema (see
@@ -40,11 +43,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..base_connector import ConnectorState, ConsumerConnector
 from ..cluster import EARLIEST, LATEST, KafkaClient
-from ..connector import ConnectorState, ZookeeperConsumerConnector
+from ..consumer import create_connector
 from ..errors import (
     BrokerNotAvailableError,
     ConsumerClosedError,
+    GroupCoordinatorError,
     InvalidConfigError,
     NoBrokersError,
     OffsetStorageError,
@@ -115,19 +120,25 @@ class GroupMember:
     method runs on the member's loop and waits for the result, so the connector's state is
     only ever touched from its own thread.
 
+    The member is the connector ``group.coordinator`` names (``create_connector``), so the
+    source works the same in a ZooKeeper-coordinated and a Kafka-coordinated group; it is
+    only used through the connectors' common API (statistics, ``commit_offsets``, the
+    cluster view).
+
     Args:
         options: the source options (consumer config and subscription).
         start_timeout_s: how long to wait for the first rebalance.
 
     Raises:
-        ConsumerError: joining failed (ZooKeeper unreachable, rebalance failed, ...).
+        ConsumerError: joining failed (ZooKeeper or the group coordinator unreachable,
+            rebalance failed, ...).
         TimeoutError: the first rebalance did not finish within ``start_timeout_s``.
     """
 
     def __init__(self, options: SourceOptions, *, start_timeout_s: float = START_TIMEOUT_S):
         self.options = options
         self._thread = LoopThread(f"zkkafka-{options.config.group_id}")
-        self._connector: ZookeeperConsumerConnector | None = None
+        self._connector: ConsumerConnector | None = None
         self._error: BaseException | None = None
         self._stop: asyncio.Event | None = None
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -142,7 +153,7 @@ class GroupMember:
         options = self.options
         stop = self._stop = asyncio.Event()
         try:
-            async with ZookeeperConsumerConnector(options.config, fetch=False) as connector:
+            async with create_connector(options.config, fetch=False) as connector:
                 self._connector = connector
                 if options.pattern is not None:
                     await connector.create_message_streams_by_filter(Whitelist(options.pattern))
@@ -166,7 +177,7 @@ class GroupMember:
         finally:
             self._connector = None
 
-    def _require(self) -> ZookeeperConsumerConnector:
+    def _require(self) -> ConsumerConnector:
         if self._error is not None:
             raise ConsumerClosedError(
                 f"the group member of {self.options.config.group_id!r} failed: {self._error}"
@@ -177,7 +188,8 @@ class GroupMember:
 
     @property
     def consumer_id(self) -> str:
-        """The member's consumer id string, as registered under ``/consumers/<group>/ids``."""
+        """The member's consumer id string (its registration under ``/consumers/<group>/ids``
+        in a ZooKeeper-coordinated group)."""
         return self._require().consumer_id_string
 
     def snapshot(self) -> MemberSnapshot:
@@ -276,7 +288,7 @@ class GroupMember:
             return {}
         try:
             await c.commit_offsets(todo)
-        except (ZookeeperError, OffsetStorageError) as e:
+        except (ZookeeperError, OffsetStorageError, GroupCoordinatorError) as e:
             log.warning(
                 "[%s] committing %d offsets failed (the next batch commits them): %s",
                 c.consumer_id_string,
@@ -287,7 +299,8 @@ class GroupMember:
         return todo
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Leave the group (the ZooKeeper session is closed, so the others rebalance at once).
+        """Leave the group (the ZooKeeper session is closed, or LeaveGroup is sent to the group
+        coordinator), so the others rebalance at once.
 
         Idempotent; never raises.
         """
@@ -567,7 +580,10 @@ class ZkKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class ZkKafkaDataSource(DataSource):
-    """``spark.readStream.format("zkkafka")``: Kafka records of a ZooKeeper consumer group.
+    """``spark.readStream.format("zkkafka")``: Kafka records of a consumer group.
+
+    The group is ZooKeeper-coordinated (``zookeeper.connect``), or Kafka-coordinated with
+    ``group.coordinator=kafka`` and ``bootstrap.servers``.
 
     Options: see :func:`~aiozkconsumer.spark.planning.parse_source_options`. The schema is
     the Kafka source's (:data:`~aiozkconsumer.spark.schema.KAFKA_SCHEMA`, plus ``headers``
