@@ -1,30 +1,52 @@
-"""``aiozkconsumer consume``: the console consumer of the old mode (``ConsoleConsumer``, 0.10.2)."""
+"""``aiozkconsumer consume``: the console consumer of the old mode (``ConsoleConsumer``, 0.10.2).
+
+With ``--partition``/``--offset`` it reads one partition without a group instead (through
+``SimpleConsumer``); ``--output json`` and kcat's ``--format`` strings are the other ways to
+print a record besides the original's ``DefaultMessageFormatter``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 import warnings
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 
+import anyio
 import click
 
+from ..cluster import bootstrap_from_brokers
 from ..config import ConsumerConfig
-from ..errors import InvalidConfigError, NoBrokersError
+from ..errors import BrokerNotAvailableError, InvalidConfigError, NoBrokersError
+from ..records import TopicPartition
+from ..simple_consumer import SimpleConsumer
 from ..subscription import Blacklist, TopicFilter, Whitelist
-from ..tools import (
+from ..tools import GroupAdmin, parse_properties, random_console_group
+from ..tools.console import (
+    KCAT_TOKENS,
     ConsoleConsumer,
-    GroupAdmin,
+    FdSink,
+    JsonFormatter,
+    KcatFormatter,
     MessageFormatter,
-    parse_properties,
-    random_console_group,
+    OffsetSpec,
+    OutputSink,
+    PartitionConsoleConsumer,
+    RecordFormatter,
+    StreamSink,
+    parse_offset_spec,
 )
 from ._common import NAME, CliError, ExitCode, cluster_options, run_async
 
 __all__ = ["consume"]
+
+_NO_BROKERS = "No brokers found in ZK. (A KRaft cluster? Give --bootstrap-server.)"
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
 def _key_values(values: tuple[str, ...], option: str) -> dict[str, str]:
@@ -90,8 +112,121 @@ def _build_config(
     return config, group_given
 
 
+def _formatter(output: str, fmt: str | None, properties: tuple[str, ...]) -> RecordFormatter:
+    """The record formatter the output options ask for."""
+    if fmt is not None and output == "json":
+        raise click.UsageError("--format and --output json exclude each other")
+    if properties and (fmt is not None or output == "json"):
+        raise click.UsageError(
+            "--property sets the default output; it does not apply to --format or --output json"
+        )
+    try:
+        if fmt is not None:
+            return KcatFormatter(fmt)
+        if output == "json":
+            return JsonFormatter()
+        return MessageFormatter.from_properties(_key_values(properties, "--property"))
+    except InvalidConfigError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def _stdout_sink(*, handoff: bool) -> OutputSink:
+    """stdout as a sink: its file descriptor when it has one (exact accounting)."""
+    stream = sys.stdout
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # e.g. a test runner's captured stdout
+        out = stream.buffer
+        return StreamSink(out.write, out.flush)
+    stream.flush()
+    return FdSink(fd, handoff=handoff)
+
+
+async def _reach_kafka(
+    connect: Callable[[], Awaitable[object]], where: str, timeout_ms: int
+) -> None:
+    """Connect to the brokers within ``socket.timeout.ms``, or fail with exit status 3."""
+    try:
+        with anyio.fail_after(timeout_ms / 1000):
+            await connect()
+    except NoBrokersError:
+        raise
+    except (BrokerNotAvailableError, TimeoutError):
+        raise CliError(
+            f"could not reach any Kafka broker at {where} within socket.timeout.ms={timeout_ms}",
+            ExitCode.UNREACHABLE,
+        ) from None
+
+
+async def _bootstrap(adm: GroupAdmin, bootstrap_server: str | None) -> tuple[str, str]:
+    """``(bootstrap.servers, how to name them in an error)``: given, or read from ZooKeeper."""
+    if bootstrap_server:
+        return bootstrap_server, f"{bootstrap_server} (--bootstrap-server)"
+    brokers = await adm.brokers()
+    if not brokers:
+        raise NoBrokersError(_NO_BROKERS)
+    servers = bootstrap_from_brokers(brokers)
+    return servers, f"{servers} (the brokers registered in ZooKeeper)"
+
+
+def _warn(message: str) -> None:
+    click.echo(f"Warning: {message}", err=True)
+
+
+class _Stoppable:
+    """SIGINT and SIGTERM call ``stop`` while in the block (where the loop allows it)."""
+
+    def __init__(self, stop: Callable[[], None]) -> None:
+        self.stop = stop
+        self.installed: list[signal.Signals] = []
+
+    def __enter__(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.stop)
+                self.installed.append(sig)
+            except (ValueError, RuntimeError, NotImplementedError):
+                pass  # not the main thread (e.g. a test runner): no signal handling
+
+    def __exit__(self, *exc: object) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self.installed:
+            loop.remove_signal_handler(sig)
+
+
+_FORMAT_HELP = "\n".join(f"  %{token}  {what}" for token, what in KCAT_TOKENS.items())
+
+
+_HELP = f"""Print records of topics to stdout (kafka-console-consumer.sh --zookeeper).
+
+One connector with one stream over the topic filter joins the group and writes each record
+with the DefaultMessageFormatter: the value, and with --property the timestamp, partition,
+offset, headers and key before it. --output json writes one JSON object a line instead (key
+and value as UTF-8 text, or base64 with "key_encoding": "base64"), and --format a kcat format
+string. "Processed a total of N messages" goes to stderr at the end. SIGINT and SIGTERM shut
+the connector down cleanly (consumed offsets committed, ownership released) and exit with
+status 0, as do --max-messages, --timeout-ms, --exit-at-end and a reader that goes away
+('| head -3'): only the records written are committed.
+
+With --partition (and --offset) one partition of --topic is read from an offset with a
+SimpleConsumer: no group, nothing registered in ZooKeeper, nothing committed.
+
+Brokers that cannot be reached within socket.timeout.ms, or none registered, give exit status
+3. A --topic that does not exist is waited for, with one warning.
+
+\b
+--format tokens (kcat's; nothing is added after a record: end with \\n):
+{_FORMAT_HELP}
+  \\n \\r \\t \\xHH  newline, carriage return, tab, the byte of hex HH
+Example: --format '%t [%p] at offset %o: key %k: %s\\n'
+"""
+
+
 @click.command(
-    "consume", short_help="The console consumer (kafka-console-consumer.sh --zookeeper)."
+    "consume",
+    help=_HELP,
+    short_help="The console consumer (kafka-console-consumer.sh --zookeeper).",
 )
 @click.option("--topic", help="The topic to consume; read as a whitelist regex, as the original.")
 @click.option("--whitelist", help="Consume every topic this regex matches in full.")
@@ -108,12 +243,24 @@ def _build_config(
     is_flag=True,
     help="Start with the earliest record where the group has no offset "
     "(auto.offset.reset=smallest). Refused for a group that already has offsets, unless "
-    "--delete-consumer-offsets.",
+    "--delete-consumer-offsets. With --partition: start at the earliest offset.",
 )
 @click.option(
     "--delete-consumer-offsets",
     is_flag=True,
     help="Delete /consumers/<group> (offsets included) before starting.",
+)
+@click.option(
+    "--partition",
+    type=click.IntRange(min=0),
+    help="Read only this partition of --topic, without a group: nothing is registered in "
+    "ZooKeeper and nothing is committed.",
+)
+@click.option(
+    "--offset",
+    metavar="OFFSET",
+    help="With --partition: where to start: earliest, latest, an offset, or -N (N records "
+    "before the log end). Default: latest, or earliest with --from-beginning.",
 )
 @click.option(
     "--max-messages",
@@ -124,6 +271,12 @@ def _build_config(
     "--timeout-ms",
     type=click.IntRange(min=0),
     help="consumer.timeout.ms: exit when no record arrives for this long. Default: wait forever.",
+)
+@click.option(
+    "--exit-at-end",
+    is_flag=True,
+    help="Exit once every partition read (with a group: every partition this member owns) "
+    "reached its log end offset as of the start (kcat -e).",
 )
 @click.option(
     "--consumer-property",
@@ -143,8 +296,32 @@ def _build_config(
     "formatter_property",
     multiple=True,
     metavar="KEY=VALUE",
-    help="A formatter property (repeatable): print.key, print.timestamp, print.partition, "
-    "print.offset, print.value (true/false), key.separator, line.separator.",
+    help="A property of the default output (repeatable): print.key, print.timestamp, "
+    "print.partition, print.offset, print.headers, print.value (true/false), key.separator, "
+    "line.separator, headers.separator, null.literal.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["text", "json"], case_sensitive=False),
+    default="text",
+    show_default=True,
+    help="text: the DefaultMessageFormatter (see --property); json: one JSON object a line.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    metavar="FORMAT",
+    help="Print each record through a kcat -f format string (tokens below).",
+)
+@click.option(
+    "--sync-pipe/--no-sync-pipe",
+    default=True,
+    show_default=True,
+    help="When stdout is a pipe and the group's offsets are committed: hand the reader one "
+    "record at a time and count a record consumed only once the reader took it, so "
+    "'| head -3' commits exactly 3. --no-sync-pipe is faster but commits what a reader that "
+    "exits left unread in the pipe.",
 )
 @cluster_options
 def consume(
@@ -154,24 +331,22 @@ def consume(
     group: str | None,
     from_beginning: bool,
     delete_consumer_offsets: bool,
+    partition: int | None,
+    offset: str | None,
     max_messages: int | None,
     timeout_ms: int | None,
+    exit_at_end: bool,
     consumer_property: tuple[str, ...],
     consumer_config: Path | None,
     formatter_property: tuple[str, ...],
+    output: str,
+    fmt: str | None,
+    sync_pipe: bool,
     zookeeper: str,
     bootstrap_server: str | None,
     connect_timeout_ms: int,
 ) -> None:
-    """Print records of topics to stdout (kafka-console-consumer.sh --zookeeper).
-
-    One connector with one stream over the topic filter joins the group and writes each
-    record with the DefaultMessageFormatter: the value, and with --property the timestamp,
-    partition, offset and key before it. "Processed a total of N messages" goes to stderr
-    at the end. SIGINT and SIGTERM shut the connector down cleanly (consumed offsets
-    committed, ownership released) and exit with status 0, as do --max-messages and
-    --timeout-ms.
-    """
+    """Print records of topics to stdout (see ``_HELP``)."""
     chosen = [
         o
         for o, v in (("--topic", topic), ("--whitelist", whitelist), ("--blacklist", blacklist))
@@ -179,10 +354,37 @@ def consume(
     ]
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --topic, --whitelist, --blacklist")
+    formatter = _formatter(output.lower(), fmt, formatter_property)
+    if partition is not None or offset is not None:
+        _consume_partition(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            group=group,
+            from_beginning=from_beginning,
+            delete_consumer_offsets=delete_consumer_offsets,
+            formatter=formatter,
+            max_messages=max_messages,
+            timeout_ms=timeout_ms,
+            exit_at_end=exit_at_end,
+            config=_build_config(
+                zookeeper=zookeeper,
+                bootstrap_server=bootstrap_server,
+                connect_timeout_ms=connect_timeout_ms,
+                group=None,
+                from_beginning=False,
+                timeout_ms=None,
+                consumer_properties=_key_values(consumer_property, "--consumer-property"),
+                config_file=consumer_config,
+            )[0],
+            zookeeper=zookeeper,
+            bootstrap_server=bootstrap_server,
+            connect_timeout_ms=connect_timeout_ms,
+        )
+        return
     regex = topic or whitelist or blacklist or ""
     try:
         topic_filter: TopicFilter = Blacklist(regex) if blacklist else Whitelist(regex)
-        formatter = MessageFormatter.from_properties(_key_values(formatter_property, "--property"))
     except InvalidConfigError as e:
         raise click.UsageError(str(e)) from None
     config, group_given = _build_config(
@@ -195,58 +397,178 @@ def consume(
         consumer_properties=_key_values(consumer_property, "--consumer-property"),
         config_file=consumer_config,
     )
-    out = sys.stdout.buffer
+    # Handing records over one by one only matters where offsets are kept: a generated
+    # group is deleted on exit.
+    handoff = sync_pipe and group_given and config.auto_commit_enable
+    end_cache: dict[TopicPartition, int] = {}
+    admin_for_ends: list[GroupAdmin] = []
+
+    async def end_offsets(tps: Collection[TopicPartition]) -> Mapping[TopicPartition, int]:
+        missing = [tp for tp in tps if tp not in end_cache]
+        if missing:
+            end_cache.update(await admin_for_ends[0].list_offsets(missing, "latest"))
+        return end_cache
+
     consumer = ConsoleConsumer(
-        config, topic_filter, out.write, out.flush, formatter=formatter, max_messages=max_messages
+        config,
+        topic_filter,
+        sink=_stdout_sink(handoff=handoff),
+        formatter=formatter,
+        max_messages=max_messages,
+        exit_at_end=exit_at_end,
+        end_offsets=end_offsets if exit_at_end else None,
     )
 
     def admin() -> GroupAdmin:
         return GroupAdmin(
-            zookeeper, bootstrap_servers=bootstrap_server, connection_timeout_ms=connect_timeout_ms
+            zookeeper,
+            bootstrap_servers=bootstrap_server,
+            connection_timeout_ms=connect_timeout_ms,
+            request_timeout_ms=config.socket_timeout_ms,
         )
 
-    async def go() -> None:
+    async def prepare(adm: GroupAdmin) -> None:
+        _, where = await _bootstrap(adm, bootstrap_server)
+        await _reach_kafka(adm.kafka, where, config.socket_timeout_ms)
+        topics = await adm.all_topics() if blacklist is None or exit_at_end else []
+        if blacklist is None:
+            if topic is not None and _TOPIC_NAME.fullmatch(topic):
+                if topic not in topics:
+                    _warn(f"topic '{topic}' does not exist; waiting for it to be created")
+            elif not any(topic_filter.is_topic_allowed(t, False) for t in topics):
+                option = "--topic" if topic is not None else "--whitelist"
+                _warn(f"no topic matches {option} '{regex}'; waiting for one to be created")
+        if exit_at_end:
+            # The log end offsets as of the start, before anything is read.
+            allowed = [
+                t
+                for t in topics
+                if topic_filter.is_topic_allowed(t, config.exclude_internal_topics)
+            ]
+            parts = await adm.partitions_for(allowed)
+            await end_offsets([TopicPartition(t, p) for t, ps in parts.items() for p in ps])
         group_id = config.group_id
-        async with admin() as adm:
-            if not bootstrap_server and not await adm.brokers():
-                raise NoBrokersError(
-                    "No brokers found in ZK. (A KRaft cluster? Give --bootstrap-server.)"
-                )
-            if not group_given:
-                while await adm.group_exists(group_id := random_console_group()):
-                    pass
-                consumer.config = config.replace(group_id=group_id)
-            if delete_consumer_offsets:
-                await adm.delete_group_unchecked(group_id)
-            elif from_beginning and await adm.group_has_offsets(group_id):
-                raise CliError(
-                    f"Found previous offset information for this group {group_id}. Please use "
-                    "--delete-consumer-offsets to delete previous offsets metadata"
-                )
-        loop = asyncio.get_running_loop()
-        installed = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        if not group_given:
+            while await adm.group_exists(group_id := random_console_group()):
+                pass
+            consumer.config = config.replace(group_id=group_id)
+        if delete_consumer_offsets:
+            await adm.delete_group_unchecked(group_id)
+        elif from_beginning and await adm.group_has_offsets(group_id):
+            raise CliError(
+                f"Found previous offset information for this group {group_id}. Please use "
+                "--delete-consumer-offsets to delete previous offsets metadata"
+            )
+
+    started = False  # "Processed ..." is not printed after an error before the start
+
+    async def go() -> None:
+        nonlocal started
+        async with contextlib.AsyncExitStack() as stack:
+            adm = await stack.enter_async_context(admin())
+            admin_for_ends.append(adm)
+            await prepare(adm)
+            if not exit_at_end:  # else kept open: partitions acquired later need their ends
+                await stack.aclose()
+            group_id = consumer.config.group_id
             try:
-                loop.add_signal_handler(sig, consumer.stop)
-                installed.append(sig)
-            except (ValueError, RuntimeError, NotImplementedError):
-                pass  # not the main thread (e.g. a test runner): no signal handling
-        try:
-            await consumer.run()
-            if consumer.output_closed:
-                _silence_stdout()  # else the interpreter's last flush fails once more
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-            if not group_given:
-                # As the original: do not pollute ZooKeeper with the generated group.
-                async with admin() as adm:
-                    await adm.delete_group_unchecked(group_id)
+                started = True
+                with _Stoppable(consumer.stop):
+                    await consumer.run()
+                if consumer.output_closed:
+                    _silence_stdout()  # else the interpreter's last flush fails once more
+            finally:
+                if not group_given:
+                    # As the original: do not pollute ZooKeeper with the generated group.
+                    async with admin() as cleanup:
+                        await cleanup.delete_group_unchecked(group_id)
 
     try:
         run_async(go)
     finally:
-        click.echo(f"Processed a total of {consumer.count} messages", err=True)
+        if started:
+            click.echo(f"Processed a total of {consumer.count} messages", err=True)
+
+
+def _consume_partition(
+    *,
+    topic: str | None,
+    partition: int | None,
+    offset: str | None,
+    group: str | None,
+    from_beginning: bool,
+    delete_consumer_offsets: bool,
+    formatter: RecordFormatter,
+    max_messages: int | None,
+    timeout_ms: int | None,
+    exit_at_end: bool,
+    config: ConsumerConfig,
+    zookeeper: str,
+    bootstrap_server: str | None,
+    connect_timeout_ms: int,
+) -> None:
+    """``consume --partition``: one partition from an offset through a SimpleConsumer."""
+    if partition is None:
+        raise click.UsageError("--offset needs --partition")
+    if topic is None:
+        raise click.UsageError("--partition reads one topic: give it with --topic")
+    NAME.convert(topic, None, None)
+    if group is not None or delete_consumer_offsets:
+        raise click.UsageError(
+            "--partition reads without a group: --group and --delete-consumer-offsets do not apply"
+        )
+    if from_beginning and offset is not None:
+        raise click.UsageError("--from-beginning and --offset cannot be given together")
+    start: OffsetSpec = "earliest" if from_beginning else "latest"
+    if offset is not None:
+        try:
+            start = parse_offset_spec(offset)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--offset") from None
+    tp = TopicPartition(topic, partition)
+    reader: PartitionConsoleConsumer | None = None
+
+    async def go() -> None:
+        nonlocal reader
+        servers = bootstrap_server
+        where = f"{bootstrap_server} (--bootstrap-server)"
+        if not servers:
+            # Only reads /brokers/ids: the partition is read without any group.
+            async with GroupAdmin(zookeeper, connection_timeout_ms=connect_timeout_ms) as adm:
+                servers, where = await _bootstrap(adm, None)
+        simple = SimpleConsumer(
+            servers,
+            client_id=config.client_id or "aiozkconsumer-console",
+            socket_timeout_ms=config.socket_timeout_ms,
+            fetch_max_wait_ms=config.fetch_wait_max_ms,
+            fetch_min_bytes=config.fetch_min_bytes,
+        )
+        try:
+            await _reach_kafka(simple.start, where, config.socket_timeout_ms)
+            reader = PartitionConsoleConsumer(
+                simple,
+                tp,
+                start,
+                _stdout_sink(handoff=False),
+                formatter=formatter,
+                max_messages=max_messages,
+                timeout_ms=timeout_ms,
+                exit_at_end=exit_at_end,
+                fetch_max_bytes=config.fetch_message_max_bytes,
+            )
+            with _Stoppable(reader.stop):
+                await reader.run()
+            if reader.output_closed:
+                _silence_stdout()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await simple.close()
+
+    try:
+        run_async(go)
+    finally:
+        if reader is not None and reader.start_offset is not None:  # else: one error line
+            click.echo(f"Processed a total of {reader.count} messages", err=True)
 
 
 def _silence_stdout() -> None:

@@ -51,7 +51,19 @@ from .admin import (
     infer_assignment_strategy,
     owner_consumer_id,
 )
-from .console import ConsoleConsumer, MessageFormatter, parse_properties, random_console_group
+from .console import (
+    ConsoleConsumer,
+    FdSink,
+    JsonFormatter,
+    KcatFormatter,
+    MessageFormatter,
+    OutputSink,
+    PartitionConsoleConsumer,
+    RecordFormatter,
+    StreamSink,
+    parse_properties,
+    random_console_group,
+)
 from .kafka_groups import (
     GROUP_STATES,
     KafkaGroupAdmin,
@@ -97,6 +109,13 @@ __all__ = [
     "GROUP_STATES",
     "AllTopics",
     "ConsoleConsumer",
+    "FdSink",
+    "JsonFormatter",
+    "KcatFormatter",
+    "OutputSink",
+    "PartitionConsoleConsumer",
+    "RecordFormatter",
+    "StreamSink",
     "FromOffsets",
     "GroupActiveError",
     "GroupAdmin",
