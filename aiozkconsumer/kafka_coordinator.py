@@ -153,6 +153,7 @@ class KafkaCoordinator:
         self.last_heartbeat_sent: float | None = None
         self.last_heartbeat_received: float | None = None
         self._rebalancing = False
+        self._heartbeat_reset = anyio.Event()
         self._metadata_snapshot: dict[str, int] | None = None
         self._members: tuple[str, ...] = ()
 
@@ -299,8 +300,12 @@ class KafkaCoordinator:
         if joined.is_leader:
             assignments, snapshot = await self._assign(joined.protocol, joined.members)
         data = await self.group.sync(joined.generation, joined.member_id, assignments)
-        # An answered join proves the membership as a heartbeat does: the lease starts anew.
+        # An answered join proves the membership as a heartbeat does: the lease starts anew,
+        # and so does the heartbeat timer (as the Java client's HeartbeatThread.enable): all
+        # members then heartbeat at about the same moment and notice the next rebalance
+        # together, instead of up to an interval apart.
         self.ownership.gate.extend(t0 + 0.8 * cfg.session_timeout_ms / 1000)
+        self._heartbeat_reset.set()
         mine = decode_assignment(data)
         if snapshot is not None:
             # The assignment snapshot: metadata changed while the leader assigned.
@@ -425,7 +430,11 @@ class KafkaCoordinator:
         session_s = cfg.session_timeout_ms / 1000
         gate = self.ownership.gate
         while True:
-            await anyio.sleep(interval)
+            with anyio.move_on_after(interval):
+                await self._heartbeat_reset.wait()
+            if self._heartbeat_reset.is_set():
+                self._heartbeat_reset = anyio.Event()
+                continue  # a join just completed: the next heartbeat is an interval after it
             if self.generation < 0 or self._rebalancing or self.is_closing():
                 continue
             t0 = time.monotonic()

@@ -32,8 +32,20 @@ Modes (``--modes``):
   every rebalance first releases every partition (stop, commit, delete owner nodes), and a
   conflicting claim sleeps ``rebalance.backoff.ms`` (2,000 ms, the default) instead of
   watching the owner node. An emulation, not the Scala code.
+- ``azk-kafka``: aiozkconsumer with a Kafka-coordinated group (``group.coordinator=kafka``:
+  the classic protocol through the broker's group coordinator, eager: every rebalance
+  releases everything; ``range`` assignor), session ``--kafka-session-ms`` (10 s) and
+  heartbeat ``--kafka-heartbeat-ms`` (1 s). No ZooKeeper: no "from ids" and no owner nodes.
 - ``aiokafka``: ``AIOKafkaConsumer.subscribe()`` with Kafka's group coordinator (eager
-  protocol: every rebalance revokes everything), default session and heartbeat settings.
+  protocol: every rebalance revokes everything; its default round-robin assignor), session
+  ``--aiokafka-session-ms`` and heartbeat ``--aiokafka-heartbeat-ms`` (aiokafka's defaults,
+  10 s and 3 s).
+
+Kafka-coordinated members learn of a rebalance from a heartbeat answer, so their latency
+includes up to one heartbeat interval: compare ``azk-kafka`` and ``aiokafka`` at the same
+``--*-heartbeat-ms`` (the table has a column for it). Before each event of those modes the
+orchestrator waits a random 0 to one heartbeat interval (``--event-jitter-ms``), or the fixed
+pauses of the procedure would keep every event at one phase against the heartbeats.
 
 Usage::
 
@@ -76,7 +88,8 @@ from _common import (
 )
 
 SCRIPT = str(Path(__file__).resolve())
-MODES = ("azk", "original", "aiokafka")
+MODES = ("azk", "azk-kafka", "original", "aiokafka")
+ZK_MODES = ("azk", "original")  # modes whose group lives in ZooKeeper (ids, owner nodes)
 DIAGONAL = ((2, 16), (8, 128), (16, 256))
 FULL = tuple((m, p) for m in (2, 8, 16) for p in (16, 128, 256))
 
@@ -195,16 +208,27 @@ async def azk_member(
 ) -> None:
     import anyio
 
-    from aiozkconsumer import ConsumerConfig, ZookeeperConsumerConnector
+    from aiozkconsumer import ConsumerConfig, create_connector
 
     member_id = f"s{slot}-{uuid.uuid4().hex[:6]}"
-    config = ConsumerConfig(
-        group_id=args.group,
-        zookeeper_connect=args.zookeeper,
-        consumer_id=member_id,
-        auto_offset_reset="largest",
-    )
-    connector = ZookeeperConsumerConnector(config)
+    if args.mode == "azk-kafka":
+        config = ConsumerConfig(
+            group_id=args.group,
+            group_coordinator="kafka",
+            bootstrap_servers=args.bootstrap_server,
+            consumer_id=member_id,
+            auto_offset_reset="largest",
+            session_timeout_ms=args.kafka_session_ms,
+            heartbeat_interval_ms=args.kafka_heartbeat_ms,
+        )
+    else:
+        config = ConsumerConfig(
+            group_id=args.group,
+            zookeeper_connect=args.zookeeper,
+            consumer_id=member_id,
+            auto_offset_reset="largest",
+        )
+    connector = create_connector(config)
 
     class Listener:
         async def before_releasing_partitions(self, ownership: dict[str, set[int]]) -> None:
@@ -231,7 +255,7 @@ async def azk_member(
         async def history() -> None:
             reported = 0
             while True:
-                await connector.wait_for_state_change()
+                # The initial subscription's rebalance is reported at once, not at the next.
                 recs = connector.statistics().rebalances
                 for rec in recs[reported:]:
                     out(
@@ -248,6 +272,7 @@ async def azk_member(
                         owns=len(rec.partitions),
                     )
                 reported = len(recs)
+                await connector.wait_for_state_change()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(consume)
@@ -267,6 +292,8 @@ async def aiokafka_member(
         bootstrap_servers=args.bootstrap_server,
         group_id=args.group,
         auto_offset_reset="latest",
+        session_timeout_ms=args.aiokafka_session_ms,
+        heartbeat_interval_ms=args.aiokafka_heartbeat_ms,
     )
 
     class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -593,6 +620,7 @@ async def run_config(
             ",".join(map(str, slots)),
             "--original-backoff-ms",
             str(args.original_backoff_ms),
+            *kafka_timeouts(args),
             *common,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -605,7 +633,7 @@ async def run_config(
     zk = None
     ids_changes: list[tuple[float, int]] = []
     watch_task = None
-    if mode != "aiokafka":
+    if mode in ZK_MODES:
         zk = ZkClient(info.zookeeper_connect)
         await zk.start()
         await zk.ensure_path(layout.ids_dir(run.group))
@@ -632,8 +660,13 @@ async def run_config(
         quiet = await request_gaps(run)
         baseline = [g for per in quiet.values() for g in per.values()]
         rng = random.Random(members * 1000 + partitions)
+        jitter_rng = random.Random(members * 1000 + partitions + 1)
+        jitter_s = event_jitter_ms(mode, args) / 1000
         left: int | None = None
         for i in range(args.events):
+            if jitter_s:
+                # A random phase against the members' heartbeats (see --event-jitter-ms).
+                await asyncio.sleep(jitter_rng.uniform(0, jitter_s))
             before = owner_snapshot(run)
             await request_gaps(run)  # resets the members' gap maxima: the window starts here
             if left is None:
@@ -685,7 +718,7 @@ async def run_config(
             }
             results.append(rec)
             say(
-                f"  {mode:<8} {members:>2}x{partitions:<3} event {i:>2} {kind:<5} slot {slot:>2}: "
+                f"  {mode:<9} {members:>2}x{partitions:<3} event {i:>2} {kind:<5} slot {slot:>2}: "
                 + (f"{rec['latency_s'] * 1000:7.0f} ms" if settled else "NOT SETTLED")
                 + f", moved {rec['moved']:>3}, unmoved max gap "
                 + (f"{rec['unmoved_max_gap_s'] * 1000:.0f} ms" if unmoved_gaps else "-")
@@ -723,6 +756,14 @@ async def run_config(
         "mode": mode,
         "members": members,
         "partitions": partitions,
+        "heartbeat_ms": heartbeat_ms(mode, args),
+        "session_ms": (
+            args.kafka_session_ms
+            if mode == "azk-kafka"
+            else args.aiokafka_session_ms
+            if mode == "aiokafka"
+            else None
+        ),
         "events": len(results),
         "settled": len(lat),
         "p50_s": percentile(lat, 50),
@@ -745,6 +786,43 @@ async def run_config(
     }
 
 
+KAFKA_TIMEOUT_OPTIONS = (
+    ("--kafka-session-ms", 10_000, "session.timeout.ms of the azk-kafka members"),
+    ("--kafka-heartbeat-ms", 1_000, "heartbeat.interval.ms of the azk-kafka members"),
+    ("--aiokafka-session-ms", 10_000, "session_timeout_ms of the aiokafka members (its default)"),
+    (
+        "--aiokafka-heartbeat-ms",
+        3_000,
+        "heartbeat_interval_ms of the aiokafka members (its default)",
+    ),
+)
+
+
+def kafka_timeouts(args: argparse.Namespace) -> list[str]:
+    """The Kafka-coordinated members' timeouts as member-process options."""
+    flags = []
+    for opt, _, _ in KAFKA_TIMEOUT_OPTIONS:
+        flags += [opt, str(getattr(args, opt[2:].replace("-", "_")))]
+    return flags
+
+
+def heartbeat_ms(mode: str, args: argparse.Namespace) -> int | None:
+    """The heartbeat interval of a Kafka-coordinated mode (``None``: ZooKeeper modes)."""
+    if mode == "azk-kafka":
+        return int(args.kafka_heartbeat_ms)
+    if mode == "aiokafka":
+        return int(args.aiokafka_heartbeat_ms)
+    return None
+
+
+def event_jitter_ms(mode: str, args: argparse.Namespace) -> int:
+    """The random pause before each event: ``--event-jitter-ms``, or by default the mode's
+    heartbeat interval (0 for the ZooKeeper modes)."""
+    if args.event_jitter_ms >= 0:
+        return int(args.event_jitter_ms)
+    return heartbeat_ms(mode, args) or 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -761,6 +839,8 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--topic", required=True)
     m.add_argument("--slots", required=True, help="comma-separated slot numbers")
     m.add_argument("--original-backoff-ms", type=int, default=2000)
+    for opt, default, _ in KAFKA_TIMEOUT_OPTIONS:
+        m.add_argument(opt, type=int, default=default)
     for sp in (p, m):
         sp.add_argument("--zookeeper", required=True)
         sp.add_argument("--bootstrap-server", required=True)
@@ -772,7 +852,9 @@ def main(argv: list[str] | None = None) -> None:
         default="diagonal",
         help="diagonal: 2x16, 8x128, 16x256; full: every members x partitions",
     )
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help="comma-separated subset of " + ", ".join(MODES)
+    )
     parser.add_argument(
         "--configs", help="comma-separated MEMBERSxPARTITIONS (e.g. 16x256); overrides --grid"
     )
@@ -788,7 +870,20 @@ def main(argv: list[str] | None = None) -> None:
         default=2000,
         help="rebalance.backoff.ms of the emulated original",
     )
+    for opt, default, text in KAFKA_TIMEOUT_OPTIONS:
+        parser.add_argument(opt, type=int, default=default, help=f"{text} (default {default})")
+    parser.add_argument(
+        "--event-jitter-ms",
+        type=int,
+        default=-1,
+        help="wait a random 0..N ms before each event, so that events do not keep one phase "
+        "against the members' heartbeats (the settle check's fixed 1 s pause would lock it); "
+        "default -1: the mode's heartbeat interval, 0 for the ZooKeeper modes",
+    )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument(
+        "--name", default="rebalance", help="result file stem (<name>.json, <name>.md)"
+    )
     add_cluster_args(parser)
     args = parser.parse_args(argv)
     if args.command == "producer":
@@ -807,6 +902,9 @@ def main(argv: list[str] | None = None) -> None:
             (int(m), int(p)) for m, p in (c.split("x") for c in args.configs.split(",") if c)
         )
     modes = [x for x in args.modes.split(",") if x]
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown modes: {', '.join(sorted(unknown))} (known: {', '.join(MODES)})")
     with cluster_from_args(args) as info:
         before = machine()
         say(f"machine before: {before['uptime']}; {before['java_processes']} java processes")
@@ -825,6 +923,11 @@ def main(argv: list[str] | None = None) -> None:
                 "grid": [list(g) for g in grid],
                 "modes": modes,
                 "original_backoff_ms": args.original_backoff_ms,
+                "kafka_session_ms": args.kafka_session_ms,
+                "kafka_heartbeat_ms": args.kafka_heartbeat_ms,
+                "aiokafka_session_ms": args.aiokafka_session_ms,
+                "aiokafka_heartbeat_ms": args.aiokafka_heartbeat_ms,
+                "event_jitter_ms": {mode: event_jitter_ms(mode, args) for mode in modes},
                 "quick": args.quick,
             },
             "machine_before": before,
@@ -833,12 +936,26 @@ def main(argv: list[str] | None = None) -> None:
             "versions": versions("aiozkconsumer", "aiokafka", "aiozk"),
             "configs": configs,
         }
-        write_results(args.out_dir, "rebalance", data, markdown(data))
+        write_results(args.out_dir, args.name, data, markdown(data))
 
 
 def ms(seconds: float | None) -> str:
     """Seconds as whole milliseconds, ``-`` for None/NaN."""
     return fmt(seconds * 1000 if seconds is not None and seconds == seconds else None)
+
+
+def by_kind(events: list[dict[str, Any]], kind: str) -> list[str]:
+    """Cells for the join/leave table: count, latency p50/p99/max, unmoved gap p50/max."""
+    mine = [e for e in events if e["kind"] == kind]
+    lat = [e["latency_s"] for e in mine if e["latency_s"] is not None]
+    gaps = [e["unmoved_max_gap_s"] for e in mine if e["unmoved_max_gap_s"] is not None]
+    return [
+        f"{len(lat)}/{len(mine)}",
+        ms(percentile(lat, 50)),
+        ms(percentile(lat, 99)),
+        ms(max(lat) if lat else None),
+        f"{ms(percentile(gaps, 50))} / {ms(max(gaps) if gaps else None)}",
+    ]
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -848,6 +965,7 @@ def markdown(data: dict[str, Any]) -> str:
         [
             c["mode"],
             f"{c['members']} x {c['partitions']}",
+            fmt(c.get("heartbeat_ms")),
             f"{c['settled']}/{c['events']}",
             ms(c["p50_s"]),
             ms(c["p99_s"]),
@@ -858,7 +976,7 @@ def markdown(data: dict[str, Any]) -> str:
             ms(c["unmoved_gap_max_s"]),
             ms(c["baseline_gap_max_s"]),
             len(c["double_ownership"]),
-            c["owner_node_problems"] if c["mode"] != "aiokafka" else "n/a",
+            c["owner_node_problems"] if c["mode"] in ZK_MODES else "n/a",
         ]
         for c in data["configs"]
     ]
@@ -879,7 +997,13 @@ def markdown(data: dict[str, Any]) -> str:
         "partitions two members handed out in overlapping intervals. Owner nodes: owner nodes "
         "disagreeing with the members after settling. `original` emulates the 0.10.2 consumer "
         f"(release everything every rebalance, sleep {s['original_backoff_ms']} ms per "
-        "conflict).",
+        "conflict). `azk-kafka`: aiozkconsumer with `group.coordinator=kafka` (eager, range "
+        "assignor); heartbeat ms: the heartbeat interval of the Kafka-coordinated modes "
+        f"(session: azk-kafka {s.get('kafka_session_ms', '-')} ms, aiokafka "
+        f"{s.get('aiokafka_session_ms', '-')} ms), who learn of a rebalance from a heartbeat "
+        "answer; before each event the orchestrator waits a random 0 to "
+        + ", ".join(f"{m} {j} ms" for m, j in s.get("event_jitter_ms", {}).items())
+        + " (a random phase against the heartbeats).",
         "",
         f"Machine: {data['machine_before']['cpus']} CPUs; load before: "
         f"`{data['machine_before']['uptime']}`; after: `{data['machine_after']['uptime']}`; "
@@ -889,6 +1013,7 @@ def markdown(data: dict[str, Any]) -> str:
             [
                 "mode",
                 "members x partitions",
+                "heartbeat ms",
                 "settled",
                 "p50 ms",
                 "p99 ms",
@@ -902,6 +1027,34 @@ def markdown(data: dict[str, Any]) -> str:
                 "owner nodes",
             ],
             rows,
+        ),
+        "",
+    ]
+    lines += [
+        "Joins and leaves apart (latency ms over the events of that kind; unmoved gap ms: "
+        "p50 and max over them):",
+        "",
+        md_table(
+            [
+                "mode",
+                "members x partitions",
+                "join n",
+                "join p50",
+                "join p99",
+                "join max",
+                "join unmoved gap p50 / max",
+                "leave n",
+                "leave p50",
+                "leave p99",
+                "leave max",
+                "leave unmoved gap p50 / max",
+            ],
+            [
+                [c["mode"], f"{c['members']} x {c['partitions']}"]
+                + by_kind(c["event_details"], "join")
+                + by_kind(c["event_details"], "leave")
+                for c in data["configs"]
+            ],
         ),
         "",
     ]

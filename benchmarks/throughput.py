@@ -13,6 +13,10 @@ Contenders (``--contenders``):
 - ``azk-iter-1``: aiozkconsumer, ``async for msg in stream``, 1 stream.
 - ``azk-iter-4``: aiozkconsumer, 4 streams, one task each.
 - ``azk-batch``: aiozkconsumer, ``stream.batches(max_records=--batch)``, 1 stream.
+- ``azk-kafka-async-for`` / ``azk-kafka-batches``: the readers of ``azk-iter-1`` /
+  ``azk-batch`` with a Kafka-coordinated connector (``group.coordinator=kafka``: JoinGroup /
+  SyncGroup through the broker's group coordinator, session 10 s, heartbeat 1 s; no
+  ZooKeeper). Next to the ZooKeeper-mode pair they show what Kafka coordination costs.
 - ``azk-iter-yield``: as ``azk-iter-1`` but the loop awaits ``asyncio.sleep(0)`` every 1,000
   records (shows the effect of letting the fetcher run while records are buffered).
 - ``aiokafka-iter-nocrc`` / ``aiokafka-getmany-nocrc``: aiokafka with ``check_crcs=False``
@@ -26,8 +30,11 @@ Contenders (``--contenders``):
   from Kafka 3.9.1; its ``fetch.*`` figures (group join excluded).
 
 The consume window of a Python contender runs from just before the consumer is constructed
-(so it includes connecting, and for aiozkconsumer the ZooKeeper registration and first
-rebalance) to the last record. Not a test: nothing here asserts on speed.
+(so it includes connecting, and for aiozkconsumer the ZooKeeper registration or the group
+join, and the first rebalance) to the last record; "first record" is the time from the start
+of the window to the first record, and the steady-state rate is the records after the first
+over the time after it (start-up and join excluded). Not a test: nothing here asserts on
+speed.
 
 Usage::
 
@@ -77,6 +84,8 @@ ALL_CONTENDERS = (
     "azk-iter-1",
     "azk-iter-4",
     "azk-batch",
+    "azk-kafka-async-for",
+    "azk-kafka-batches",
     "aiokafka-iter",
     "aiokafka-getmany",
     "confluent-aio",
@@ -101,6 +110,14 @@ TARGETS = (
     ),
     ("batch API >= 1.0x confluent-kafka consume() (sync)", "azk-batch", "confluent-sync", 1.0),
 )
+# (Kafka-coordinated contender, its ZooKeeper-mode twin): the same reader, the other coordinator
+KAFKA_MODE_PAIRS = (
+    ("azk-kafka-async-for", "azk-iter-1"),
+    ("azk-kafka-batches", "azk-batch"),
+)
+# Kafka-coordinated group timeouts of the azk-kafka-* contenders
+KAFKA_SESSION_TIMEOUT_MS = 10_000
+KAFKA_HEARTBEAT_INTERVAL_MS = 1_000
 
 
 # -- the children ----------------------------------------------------------------------------
@@ -114,6 +131,8 @@ class Counter:
         self.records = 0
         self.bytes = 0
         self.first: float | None = None
+        # records handed out at ``first`` (the first record, or the first batch call's)
+        self.first_n = 0
 
 
 def _size(key: bytes | None, value: bytes | None) -> int:
@@ -123,17 +142,29 @@ def _size(key: bytes | None, value: bytes | None) -> int:
 async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
     import anyio
 
-    from aiozkconsumer import ConsumerConfig, ZookeeperConsumerConnector
+    from aiozkconsumer import ConsumerConfig, create_connector
 
     mode = args.contender
     n_streams = 4 if mode == "azk-iter-4" else 1
-    config = ConsumerConfig(
-        group_id=f"bench-{uuid.uuid4().hex[:10]}",
-        zookeeper_connect=args.zookeeper,
-        auto_offset_reset="smallest",
-        auto_commit_enable=False,
-    )
-    async with ZookeeperConsumerConnector(config) as connector:
+    if mode.startswith("azk-kafka-"):
+        config = ConsumerConfig(
+            group_id=f"bench-{uuid.uuid4().hex[:10]}",
+            group_coordinator="kafka",
+            bootstrap_servers=args.bootstrap_server,
+            auto_offset_reset="earliest",
+            auto_commit_enable=False,
+            session_timeout_ms=KAFKA_SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=KAFKA_HEARTBEAT_INTERVAL_MS,
+        )
+    else:
+        config = ConsumerConfig(
+            group_id=f"bench-{uuid.uuid4().hex[:10]}",
+            zookeeper_connect=args.zookeeper,
+            auto_offset_reset="smallest",
+            auto_commit_enable=False,
+        )
+    batch_mode = mode in ("azk-batch", "azk-kafka-batches")
+    async with create_connector(config) as connector:
         streams = (await connector.create_message_streams({args.topic: n_streams}))[args.topic]
 
         async def iterate(stream: Any) -> None:
@@ -143,6 +174,7 @@ async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
                 c.bytes += _size(msg.key, msg.value)
                 if c.first is None:
                     c.first = time.perf_counter() - t0
+                    c.first_n = 1
                 if c.records >= c.total:
                     break
                 if mode == "azk-iter-yield":
@@ -155,6 +187,7 @@ async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
             async for batch in stream.batches(max_records=args.batch):
                 if c.first is None:
                     c.first = time.perf_counter() - t0
+                    c.first_n = len(batch)
                 c.records += len(batch)
                 c.bytes += sum([_size(m.key, m.value) for m in batch])
                 if c.records >= c.total:
@@ -163,7 +196,7 @@ async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
 
         async with anyio.create_task_group() as tg:
             for stream in streams:
-                tg.start_soon(batches if mode == "azk-batch" else iterate, stream)
+                tg.start_soon(batches if batch_mode else iterate, stream)
 
 
 async def _aiokafka(args: argparse.Namespace, c: Counter, t0: float) -> None:
@@ -186,6 +219,7 @@ async def _aiokafka(args: argparse.Namespace, c: Counter, t0: float) -> None:
                 c.bytes += _size(msg.key, msg.value)
                 if c.first is None:
                     c.first = time.perf_counter() - t0
+                    c.first_n = 1
                 if c.records >= c.total:
                     break
         else:
@@ -194,6 +228,7 @@ async def _aiokafka(args: argparse.Namespace, c: Counter, t0: float) -> None:
                 for msgs in got.values():
                     if c.first is None:
                         c.first = time.perf_counter() - t0
+                        c.first_n = len(msgs)
                     c.records += len(msgs)
                     c.bytes += sum([_size(m.key, m.value) for m in msgs])
     finally:
@@ -223,6 +258,7 @@ def _confluent_sync(args: argparse.Namespace, c: Counter, t0: float) -> None:
                     continue
                 if c.first is None:
                     c.first = time.perf_counter() - t0
+                    c.first_n = 1
                 c.records += 1
                 c.bytes += _size(m.key(), m.value())
     finally:
@@ -244,6 +280,7 @@ async def _confluent_aio(args: argparse.Namespace, c: Counter, t0: float) -> Non
                     continue
                 if c.first is None:
                     c.first = time.perf_counter() - t0
+                    c.first_n = 1
                 c.records += 1
                 c.bytes += _size(m.key(), m.value())
     finally:
@@ -265,6 +302,7 @@ def _kafka_python(args: argparse.Namespace, c: Counter, t0: float) -> None:
             for msgs in consumer.poll(timeout_ms=1000, max_records=args.batch).values():
                 if c.first is None:
                     c.first = time.perf_counter() - t0
+                    c.first_n = len(msgs)
                 c.records += len(msgs)
                 c.bytes += sum([_size(m.key, m.value) for m in msgs])
     finally:
@@ -306,6 +344,7 @@ def child(args: argparse.Namespace) -> None:
             "bytes": counter.bytes,
             "seconds": seconds,
             "first_record_s": counter.first,
+            "first_records": counter.first_n,
             "window_cpu_s": cpu,
         }
     )
@@ -450,6 +489,11 @@ def run_one(
         say(f"  {contender} FAILED (rc={res.returncode}): {res.stderr_tail[-1500:]}")
         return {"contender": contender, "ok": False, "rc": res.returncode}
     seconds = rep["seconds"]
+    first = rep.get("first_record_s")
+    steady = None
+    if first is not None and seconds > first:
+        # after the first record: start-up, connecting and the group join excluded
+        steady = (rep["records"] - rep.get("first_records", 1)) / (seconds - first)
     return {
         "contender": contender,
         "ok": True,
@@ -462,7 +506,8 @@ def run_one(
         "process_cpu_s": res.cpu_s,
         "maxrss_mib": res.maxrss_mb,
         "wall_s": res.wall_s,
-        "first_record_s": rep.get("first_record_s"),
+        "first_record_s": first,
+        "steady_records_per_s": steady,
         "extra": {k: v for k, v in rep.items() if k in ("rebalance_ms", "total_nmsg_sec")},
     }
 
@@ -484,6 +529,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "process_cpu_s": med("process_cpu_s"),
         "maxrss_mib": med("maxrss_mib"),
         "first_record_s": med("first_record_s"),
+        "steady_records_per_s": med("steady_records_per_s"),
         "all_records_per_s": [round(r["records_per_s"]) for r in good],
     }
 
@@ -580,7 +626,7 @@ def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> N
                     "dataset": lbl,
                     "ratio": ratio,
                     "needed": need,
-                    "met": ratio is not None and ratio >= need,
+                    "met": None if ratio is None else ratio >= need,
                 }
             )
     data = {
@@ -600,9 +646,38 @@ def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> N
         ),
         "summary": summary,
         "targets": ratios,
+        "kafka_mode": kafka_mode_ratios(summary),
         "runs": runs,
     }
     write_results(args.out_dir, args.name, data, markdown(data))
+
+
+def kafka_mode_ratios(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each Kafka-coordinated contender against its ZooKeeper-mode twin, per dataset."""
+    rows = []
+    for kafka, zk in KAFKA_MODE_PAIRS:
+        for lbl, per in summary.items():
+            k, z = per.get(kafka), per.get(zk)
+            if not k or not z:
+                continue
+
+            def ratio(key: str, k: dict[str, Any] = k, z: dict[str, Any] = z) -> float | None:
+                a, b = k.get(key), z.get(key)
+                return a / b if a and b else None
+
+            rows.append(
+                {
+                    "kafka": kafka,
+                    "zookeeper": zk,
+                    "dataset": lbl,
+                    "ratio": ratio("records_per_s"),
+                    "steady_ratio": ratio("steady_records_per_s"),
+                    "window_cpu_ratio": ratio("window_cpu_s"),
+                    "kafka_first_record_s": k.get("first_record_s"),
+                    "zookeeper_first_record_s": z.get("first_record_s"),
+                }
+            )
+    return rows
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -616,7 +691,10 @@ def markdown(data: dict[str, Any]) -> str:
         "CPU (consume) is the child's own CPU time over the consume window; CPU (process) "
         "the whole process's (start-up included), peak RSS the process's `ru_maxrss`; first "
         "record: seconds from the start of the window to the first record (connect, "
-        "subscribe, first fetch). The "
+        "subscribe, group join, first fetch); steady records/s: the records after the first "
+        "over the time after it (start-up and join excluded). `azk-kafka-*` are the "
+        "`azk-iter-1` / `azk-batch` readers with a Kafka-coordinated group "
+        "(`group.coordinator=kafka`). The "
         "Java line is ConsumerPerformance's `fetch.*` rate (group join excluded).",
         "",
         f"Machine: {data['machine_before']['cpus']} CPUs ({data['machine_before']['cpu_model']}); "
@@ -638,6 +716,7 @@ def markdown(data: dict[str, Any]) -> str:
                     fmt(rate),
                     fmt(v["mib_per_s"], 1),
                     fmt(rate / ref, 2) if rate and ref else "-",
+                    fmt(v.get("steady_records_per_s")),
                     fmt(v["window_cpu_s"], 2),
                     fmt(v["process_cpu_s"], 2),
                     fmt(v["maxrss_mib"]),
@@ -653,6 +732,7 @@ def markdown(data: dict[str, Any]) -> str:
                     "records/s",
                     "MiB/s",
                     "x aiokafka-iter",
+                    "steady records/s",
                     "CPU s (consume)",
                     "CPU s (process)",
                     "peak RSS MiB",
@@ -661,6 +741,39 @@ def markdown(data: dict[str, Any]) -> str:
                     "each run (records/s)",
                 ],
                 rows,
+            ),
+            "",
+        ]
+    if data.get("kafka_mode"):
+        out += [
+            "## Kafka-coordinated against ZooKeeper-coordinated",
+            "",
+            "The same reader with `group.coordinator=kafka` over `zookeeper` (ratios of the "
+            "medians; CPU: consume window).",
+            "",
+            md_table(
+                [
+                    "Kafka mode",
+                    "ZooKeeper mode",
+                    "dataset",
+                    "records/s ratio",
+                    "steady ratio",
+                    "CPU ratio",
+                    "first record s (Kafka / ZooKeeper)",
+                ],
+                [
+                    [
+                        r["kafka"],
+                        r["zookeeper"],
+                        r["dataset"],
+                        fmt(r["ratio"], 3),
+                        fmt(r["steady_ratio"], 3),
+                        fmt(r["window_cpu_ratio"], 3),
+                        f"{fmt(r['kafka_first_record_s'], 3)} / "
+                        f"{fmt(r['zookeeper_first_record_s'], 3)}",
+                    ]
+                    for r in data["kafka_mode"]
+                ],
             ),
             "",
         ]
@@ -674,7 +787,7 @@ def markdown(data: dict[str, Any]) -> str:
                     t["dataset"],
                     fmt(t["ratio"], 2),
                     t["needed"],
-                    "yes" if t["met"] else "NO",
+                    "-" if t["met"] is None else "yes" if t["met"] else "NO",
                 ]
                 for t in data["targets"]
             ],
