@@ -329,8 +329,9 @@ class ConsumerConnector:
         """Leave the group and close the coordinator's session (bounded, never raises)."""
         raise NotImplementedError
 
-    def _gate_closed_error(self) -> ConsumerError:
-        """The error ``commit_offsets`` raises while the gate is closed."""
+    def _gate_closed_error(self) -> ConsumerError | None:
+        """The error ``commit_offsets`` raises while the gate is closed (``None``: commit
+        anyway and let the coordinator judge)."""
         return ConsumerError("the member's ownership is in doubt: not committing")
 
     @property
@@ -822,15 +823,15 @@ class ConsumerConnector:
             ZookeeperConnectionError: (ZooKeeper) the session is suspended (nothing is
                 committed while another member may own the partitions) or ZooKeeper is
                 unreachable.
-            GroupCoordinatorError: (Kafka) the member lost contact with its group
-                coordinator for a session timeout: nothing is committed.
             OffsetCommitError: Kafka refused some offsets after every attempt.
             CommitFencedError: some partitions are not (or no longer) owned by this member;
                 the others were committed (ZooKeeper), or nothing was (Kafka, whose
                 generation is over), and a rebalance is requested.
         """
         if not self.ownership.gate.passable():
-            raise self._gate_closed_error()
+            error = self._gate_closed_error()
+            if error is not None:
+                raise error
         if offsets is None:
             offsets = self.ownership.consumed_offsets()
         retries = self.config.offsets_commit_max_retries if retry_on_failure else 0

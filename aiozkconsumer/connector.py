@@ -186,7 +186,7 @@ class ZookeeperConsumerConnector(ConsumerConnector):
         # Closing the session deletes the registration and owner nodes at once.
         await self.zk.close(timeout_s=CLOSE_STEP_LIMIT_S)
 
-    def _gate_closed_error(self) -> ConsumerError:
+    def _gate_closed_error(self) -> ConsumerError | None:
         return ZookeeperConnectionError(
             "the ZooKeeper session is suspended: not committing while another member may "
             "own the partitions"

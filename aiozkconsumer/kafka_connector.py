@@ -20,7 +20,7 @@ from .base_connector import ConsumerConnector
 from .cluster import ClusterView
 from .commits import FencedCommitter
 from .config import ConsumerConfig
-from .errors import ConsumerError, GroupCoordinatorError, InvalidConfigError
+from .errors import ConsumerError, InvalidConfigError
 from .interceptors import ConsumerInterceptor
 from .kafka.group import GroupClient
 from .kafka_coordinator import METADATA_REFRESH_MS, KafkaCoordinator
@@ -168,13 +168,11 @@ class KafkaConsumerConnector(ConsumerConnector):
     async def _close_coordination(self) -> None:
         await self.coordinator.leave()
 
-    def _gate_closed_error(self) -> ConsumerError:
-        return GroupCoordinatorError(
-            self.config.group_id,
-            "?",
-            "no heartbeat was answered for a session timeout (or the member was fenced): "
-            "not committing while another member may own the partitions",
-        )
+    def _gate_closed_error(self) -> ConsumerError | None:
+        # The group coordinator fences commits by generation: a member whose heartbeats
+        # lapsed commits anyway and the coordinator refuses it (CommitFencedError) if its
+        # generation is over.
+        return None
 
     @property
     def _group_generation(self) -> tuple[int | None, str | None]:

@@ -275,7 +275,6 @@ class KafkaCoordinator:
         topics = self.subscribed_topics()
         await self._check_topics_exist(topics)
         self.rejoin_needed = False
-        t0 = time.monotonic()
         joined = await self.group.join(
             self.member_id,
             session_timeout_ms=cfg.session_timeout_ms,
@@ -299,6 +298,9 @@ class KafkaCoordinator:
         snapshot: dict[str, int] | None = None
         if joined.is_leader:
             assignments, snapshot = await self._assign(joined.protocol, joined.members)
+        # JoinGroup may wait long for the other members; SyncGroup is answered at once: its
+        # start is when the coordinator last heard from this member.
+        t0 = time.monotonic()
         data = await self.group.sync(joined.generation, joined.member_id, assignments)
         # An answered join proves the membership as a heartbeat does: the lease starts anew,
         # and so does the heartbeat timer (as the Java client's HeartbeatThread.enable): all
