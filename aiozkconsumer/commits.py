@@ -18,7 +18,6 @@ from .config import ConsumerConfig
 from .errors import (
     CommitFencedError,
     OffsetStorageError,
-    ZookeeperConnectionError,
     ZookeeperError,
     ZookeeperSessionExpiredError,
 )
@@ -49,10 +48,6 @@ class FencedCommitter:
             since): the owner drops them and requests a rebalance.
         on_commit: called with the offsets committed, after each commit that wrote some
             (the interceptors' ``on_commit``).
-        on_connection_lost: called when a commit fails because ZooKeeper is unreachable or
-            the session expired (the commit cannot land, so the partitions may soon be
-            another member's): the owner ends its session lease, so that no more records are
-            handed out. Settable after construction (the lease is built later).
     """
 
     def __init__(
@@ -65,7 +60,7 @@ class FencedCommitter:
         metrics: ConsumerMetrics,
         on_fenced: Callable[[set[TopicPartition]], None],
         on_commit: Callable[[Mapping[TopicPartition, int]], None] = lambda offsets: None,
-        on_connection_lost: Callable[[], None] = lambda: None,
+        session_replaced: Callable[[], bool] = lambda: False,
     ) -> None:
         self.config = config
         self.consumer_id = consumer_id
@@ -75,7 +70,7 @@ class FencedCommitter:
         self.metrics = metrics
         self.on_fenced = on_fenced
         self.on_commit = on_commit
-        self.on_connection_lost = on_connection_lost
+        self.session_replaced = session_replaced
 
     async def commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
         """Commit owned partitions' offsets, fenced, counting the writes in the commit meters.
@@ -95,19 +90,17 @@ class FencedCommitter:
         Raises:
             CommitFencedError: some partitions were fenced or not owned (the others were
                 committed).
-            ZookeeperConnectionError: ZooKeeper is unreachable (or a request timed out);
-                ``on_connection_lost`` was called.
-            ZookeeperSessionExpiredError: the session expired; ``on_connection_lost`` was
-                called.
+            ZookeeperConnectionError: ZooKeeper is unreachable.
             OffsetCommitError: Kafka refused some offsets after every attempt.
+            ZookeeperSessionExpiredError: nothing written: the session that claimed the
+                partitions was replaced and the member has not yet dropped that ownership
+                (its owner nodes died with the old session: another member may own them).
         """
-        try:
-            return await self._commit(offsets, retries)
-        except (ZookeeperConnectionError, ZookeeperSessionExpiredError):
-            self.on_connection_lost()
-            raise
-
-    async def _commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
+        if self.session_replaced():
+            raise ZookeeperSessionExpiredError(
+                "the ZooKeeper session that claimed the partitions expired: not committing "
+                "until the member has registered again"
+            )
         store = self.store
         owned = self.ownership
         # Only what this member owns now: a partition it lost (session expiry, fencing) is

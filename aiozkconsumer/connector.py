@@ -151,7 +151,7 @@ class ZookeeperConsumerConnector(ConsumerConnector):
         self.lease = SessionLease(
             self.zk, self.ownership.gate, self.consumer_id_string, lambda: self.closing
         )
-        self.committer.on_connection_lost = self.lease.end_now
+        self.committer.session_replaced = self._session_replaced
         self.coordinator = self._rebalancer = Rebalancer(
             config=config,
             consumer_id=self.consumer_id_string,
@@ -195,6 +195,15 @@ class ZookeeperConsumerConnector(ConsumerConnector):
     @property
     def _session_id(self) -> int | None:
         return self.zk.session_id
+
+    def _session_replaced(self) -> bool:
+        """Whether the current session is not the one this member registered (and claimed its
+        partitions) with: the old ownership is void until the member registered again."""
+        registered = self.membership.registered_session
+        current = self.zk.session_id
+        return self.membership.session_replaced or (
+            registered is not None and current is not None and current != registered
+        )
 
     async def _subscribe(self, topics: Iterable[str], *, wildcard: bool) -> None:
         """Register, start the watches, run the first rebalance, start the workers."""

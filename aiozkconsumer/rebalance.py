@@ -362,11 +362,11 @@ class Rebalancer:
         cfg = self.config
         me = self.consumer_id
         if await self.zk.get_data(self.membership.path) is None:
-            # Gone with an expired session this member has not noticed yet: register on the
-            # current session (the session watcher drops the old ownership before the next
-            # attempt).
+            # Gone with an expired session this member has not noticed yet: the next attempt
+            # drops the old ownership (without committing: its owner nodes are gone) and
+            # registers on the current session.
             log.warning("[%s] own registration is missing: registering again", me)
-            await self.membership.register()
+            self.membership.session_replaced = True
             return False
         view = await self._read_view()
         if view is None:

@@ -6,10 +6,6 @@ by ``zookeeper.connection.timeout.ms``, implements the original's ephemeral-node
 (``ZKCheckedEphemeral`` for registrations, ``createEphemeralPathExpectConflict`` for owner
 nodes) and turns watches and session state into awaitable events owned by the caller's tasks
 (no fire-and-forget callbacks).
-
-It also reconnects promptly, which aiozk 0.32 cannot be configured to do (see
-:class:`_PromptSession`): a ZooKeeper server that restarts restores its sessions with a fresh
-timeout, so a client that is back within that timeout keeps its session and ephemeral nodes.
 """
 
 from __future__ import annotations
@@ -18,15 +14,12 @@ import asyncio
 import contextlib
 import logging
 import posixpath
-import random
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import aiozk
 import anyio
 from aiozk import exc as zk_exc
-from aiozk.connection import Connection as _AiozkConnection
-from aiozk.session import Session as _AiozkSession
 from aiozk.states import States
 
 from ..errors import (
@@ -38,16 +31,7 @@ from ..errors import (
     ZookeeperSessionExpiredError,
 )
 
-__all__ = [
-    "RECONNECT_BACKOFF_CAP_FRACTION",
-    "RECONNECT_BACKOFF_START_S",
-    "SessionState",
-    "ZkClient",
-    "close_raw",
-    "force_close",
-    "parse_connect_string",
-    "reconnect_backoff_s",
-]
+__all__ = ["SessionState", "ZkClient", "close_raw", "force_close", "parse_connect_string"]
 
 log = logging.getLogger(__name__)
 
@@ -63,190 +47,6 @@ def parse_connect_string(connect: str) -> tuple[str, str | None]:
     servers, slash, chroot = connect.partition("/")
     root = "/" + chroot.rstrip("/") if slash and chroot.strip("/") else None
     return servers, root
-
-
-RECONNECT_BACKOFF_START_S = 0.1
-"""The pause after the first round of reconnect attempts that reached no server, seconds
-(before jitter, which takes it down to 50–100 ms)."""
-
-RECONNECT_BACKOFF_CAP_FRACTION = 0.1
-"""The longest pause between rounds of reconnect attempts, as a share of the session
-timeout: a server that is back is found within a tenth of the session timeout."""
-
-
-def reconnect_backoff_s(attempt: int, session_timeout_s: float, jitter: float = 1.0) -> float:
-    """The pause before the next round of reconnect attempts, seconds.
-
-    Doubles from :data:`RECONNECT_BACKOFF_START_S` with each round that reached no server,
-    up to :data:`RECONNECT_BACKOFF_CAP_FRACTION` of the session timeout (never below the
-    start), then scaled by ``jitter`` so that the members of a group do not all knock at
-    once on a server that has just come back. aiozk's own back-off (``Session.find_server``,
-    0.32) waits 4, 8, 16 ... 60 s: a ZooKeeper restart of a few seconds outlived the session.
-
-    Args:
-        attempt: rounds of attempts that failed so far, minus one (0 after the first).
-        session_timeout_s: the (negotiated) session timeout, seconds.
-        jitter: a factor in ``[0, 1]``; callers draw it from ``[0.5, 1]``.
-
-    Returns:
-        ``min(start x 2**attempt, max(start, cap x session timeout)) x jitter``.
-
-    Raises:
-        ValueError: ``attempt`` < 0, ``session_timeout_s`` <= 0 or ``jitter`` outside
-            ``[0, 1]``.
-    """
-    if attempt < 0:
-        raise ValueError(f"attempt must be >= 0, not {attempt}")
-    if not session_timeout_s > 0:
-        raise ValueError(f"session_timeout_s must be > 0, not {session_timeout_s}")
-    if not 0.0 <= jitter <= 1.0:
-        raise ValueError(f"jitter must be within [0, 1], not {jitter}")
-    cap = max(RECONNECT_BACKOFF_START_S, RECONNECT_BACKOFF_CAP_FRACTION * session_timeout_s)
-    return min(RECONNECT_BACKOFF_START_S * 2.0 ** min(attempt, 32), cap) * jitter
-
-
-class _NotifyingConnection(_AiozkConnection):  # type: ignore[misc]  # aiozk is untyped
-    """An aiozk connection that reports the end of its read loop.
-
-    aiozk's ``Connection.read_loop`` returns quietly when the server closes the connection
-    (a ZooKeeper restart), leaving the session ``CONNECTED`` and its pending requests
-    unanswered until the next heartbeat times out, up to a session timeout later.
-    """
-
-    def __init__(self, *args: Any, on_dropped: Callable[[Any], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._on_dropped = on_dropped
-
-    def start_read_loop(self) -> None:
-        super().start_read_loop()
-        self.read_loop_task.add_done_callback(self._read_loop_done)
-
-    def _read_loop_done(self, _task: asyncio.Task[None]) -> None:
-        if not self.closing:  # not a close of ours: the server or the network dropped it
-            self._on_dropped(self)
-
-
-class _PromptSession(_AiozkSession):  # type: ignore[misc]  # aiozk is untyped
-    """aiozk's session, reconnecting promptly after a dropped connection.
-
-    Three changes to aiozk 0.32's ``Session``, none of which its public API can configure
-    (``ZKClient(retry_policy=...)`` only governs requests). Each is a small, self-contained
-    patch that could go upstream as it is:
-
-    - ``find_server`` retries the servers with :func:`reconnect_backoff_s` (50–100 ms,
-      doubling, capped at a tenth of the session timeout) instead of its hard-coded
-      ``RetryPolicy.exponential_backoff(maximum=MAX_FIND_WAIT)`` (4, 8, 16 ... 60 s), and
-      bounds each connection attempt (connect, ``srvr`` handshake) by a third of the session
-      timeout, split among the servers as the Java client does, where aiozk waits for the
-      handshake's answer for ever (a black-holed server);
-    - a connection whose read loop ends (the server closed it) suspends the session at once
-      and fails its pending requests with ``ConnectError`` (``Session.send`` sends them again
-      once reconnected), instead of waiting for a heartbeat to time out;
-    - ``set_existing_watches`` after a reconnect is bounded by a third of the session
-      timeout: in aiozk a connection lost during it leaves the repair loop waiting for a
-      connected state that only the repair loop itself can bring.
-    """
-
-    # Attributes of aiozk's Session this class uses (set in its __init__ / repair loop).
-    conn: Any
-    hosts: list[tuple[str, Any]]
-    timeout: float
-    closing: bool
-    state: Any
-
-    async def find_server(self, allow_read_only: bool) -> None:
-        attempt = 0
-        conn: Any = None
-        while conn is None:
-            for host, port in random.sample(self.hosts, len(self.hosts)):
-                conn = await self._try_server(host, port, allow_read_only)
-                if conn is not None:
-                    break
-            else:
-                pause = reconnect_backoff_s(attempt, self.timeout, random.uniform(0.5, 1.0))
-                log.log(
-                    logging.INFO if attempt == 0 else logging.DEBUG,
-                    "no ZooKeeper server of %s answered; trying again in %.0f ms",
-                    ",".join(f"{h}:{p}" for h, p in self.hosts),
-                    pause * 1000,
-                )
-                attempt += 1
-                await asyncio.sleep(pause)
-        old_conn: Any = self.conn
-        self.conn = conn
-        if old_conn is not None:  # as aiozk: closed in the background (its close may wait)
-            closing = asyncio.create_task(old_conn.close(self.timeout), name="aiozk-close-old")
-            _closing_connections.add(closing)
-            closing.add_done_callback(_closing_connections.discard)
-
-    async def _try_server(self, host: str, port: Any, allow_read_only: bool) -> Any:
-        """One connection attempt, bounded; the connection, or ``None``."""
-        limit = self.timeout / max(3, len(self.hosts))
-        log.debug("connecting to ZooKeeper at %s:%s", host, port)
-        try:
-            conn = await asyncio.wait_for(self.make_connection(host, port), limit)
-        except TimeoutError:
-            log.info("ZooKeeper at %s:%s did not answer within %.1f s", host, port, limit)
-            return None
-        if conn is not None and conn.start_read_only and not allow_read_only:
-            _abandon(conn)
-            return None
-        return conn
-
-    async def make_connection(self, host: str, port: Any) -> Any:
-        conn = _NotifyingConnection(
-            host,
-            port,
-            watch_handler=self.event_dispatch,
-            read_timeout=self.read_timeout,
-            on_dropped=self._connection_dropped,
-        )
-        try:
-            await conn.connect()
-        except Exception as e:  # refused, reset, not serving: the next server or round
-            log.debug("could not connect to ZooKeeper at %s:%s: %r", host, port, e)
-            _abandon(conn)
-            return None
-        return conn
-
-    def _connection_dropped(self, conn: Any) -> None:
-        if self.closing or conn is not self.conn:
-            return
-        log.warning("connection to ZooKeeper at %s:%s dropped", conn.host, conn.port)
-        conn.abort(zk_exc.ConnectError)  # Session.send sends them again once reconnected
-        if self.state.current_state in (States.CONNECTED, States.READ_ONLY):
-            self.state.transition_to(States.SUSPENDED)
-
-    async def set_existing_watches(self) -> None:
-        try:
-            await asyncio.wait_for(super().set_existing_watches(), self.timeout / 3)
-        except TimeoutError:
-            log.warning("re-arming watches timed out; reconnecting")
-            if self.state.current_state in (States.CONNECTED, States.READ_ONLY):
-                self.state.transition_to(States.SUSPENDED)
-
-
-_closing_connections: set[asyncio.Task[None]] = set()
-"""Closes of replaced connections under way (a task must be referenced until it ends)."""
-
-
-def _abandon(conn: Any) -> None:
-    """Drop a connection that never carried a session (never raises)."""
-    writer = getattr(conn, "writer", None)
-    if writer is not None:
-        with contextlib.suppress(Exception):
-            writer.close()
-
-
-def _prompt_client(servers: str, chroot: str | None, session_timeout_s: float) -> Any:
-    """An ``aiozk.ZKClient`` whose session is a :class:`_PromptSession`.
-
-    ``ZKClient.__init__`` builds its ``Session`` itself; nothing holds it before ``start()``,
-    so it is swapped for the prompt one, built with the same arguments.
-    """
-    client = aiozk.ZKClient(servers, chroot=chroot, session_timeout=session_timeout_s)
-    client.session = _PromptSession(servers, session_timeout_s, None, False, None)
-    return client
 
 
 _FORCE_CLOSE_WAIT_S = 1.0
@@ -377,16 +177,15 @@ class ZkClient:
     async def start(self) -> None:
         """Open the session.
 
-        While disconnected later on, the client retries the servers of ``connect`` with a
-        short back-off (:func:`reconnect_backoff_s`: from 50–100 ms up to a tenth of the
-        session timeout), so a ZooKeeper restart that the server's restored sessions
-        outlive expires none.
-
         Raises:
             ZookeeperConnectionError: no server of ``connect`` answered within
                 ``connection_timeout_ms``; every background task aiozk started is stopped.
         """
-        self._zk = _prompt_client(self._servers, self._chroot, self.session_timeout_ms / 1000)
+        self._zk = aiozk.ZKClient(
+            self._servers,
+            chroot=self._chroot,
+            session_timeout=self.session_timeout_ms / 1000,
+        )
         try:
             with anyio.fail_after(self.connection_timeout_ms / 1000):
                 await self._zk.start()
