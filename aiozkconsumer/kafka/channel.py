@@ -14,20 +14,17 @@ Requests go over aiokafka's coordination connection to the broker, not the one f
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
-from aiokafka.client import ConnectionGroup
-from aiokafka.conn import CloseReason
 from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
 from aiokafka.protocol.coordination import FindCoordinatorRequest
 
 from ..errors import ConsumerError
 from ..records import TopicPartition
-from .client import KafkaClient
+from .client import KafkaClient, drop_coordination_connection, send_coordination
 from .errors import NO_ANSWER, NONE, AiokafkaError, IncompatibleBrokerVersion, error_name
 
 __all__ = ["ChannelError", "KafkaGetter", "OffsetsChannel"]
@@ -200,7 +197,7 @@ class OffsetsChannel:
         if self._coordinator is not None:
             log.info("group %s: forgetting offset coordinator %d", self.group, self._coordinator)
             if self._kafka is not None:
-                self._disconnect(self._kafka, self._coordinator)
+                drop_coordination_connection(self._kafka, self._coordinator)
         self._coordinator = None
 
     def close(self) -> None:
@@ -253,10 +250,8 @@ class OffsetsChannel:
         Every aiokafka error is turned into a :class:`ChannelError` here.
         """
         try:
-            with anyio.fail_after(self.socket_timeout_ms / 1000):
-                return await kafka.raw.send(node, request, group=ConnectionGroup.COORDINATION)
+            return await send_coordination(kafka, node, request, self.socket_timeout_ms / 1000)
         except TimeoutError:
-            self._disconnect(kafka, node)
             raise ChannelError(
                 f"{what} to {kafka.broker_address(node)} got no answer within "
                 f"offsets.channel.socket.timeout.ms={self.socket_timeout_ms}"
@@ -267,15 +262,6 @@ class OffsetsChannel:
             raise ChannelError(f"{what} to {kafka.broker_address(node)} failed: {e!r}") from e
         except NotImplementedError as e:  # Request.prepare: no version both sides speak
             raise ChannelError(f"{what}: no protocol version in common: {e}", fatal=True) from e
-
-    @staticmethod
-    def _disconnect(kafka: KafkaClient, node: int) -> None:
-        # aiokafka has no public way to drop one connection; a request we gave up on would
-        # otherwise stay queued on it until socket.timeout.ms.
-        conn = kafka.raw._conns.get((node, ConnectionGroup.COORDINATION))
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close(reason=CloseReason.CONNECTION_TIMEOUT)
 
     def __repr__(self) -> str:
         where = "unknown" if self._coordinator is None else f"broker {self._coordinator}"

@@ -15,7 +15,9 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from aiokafka.client import AIOKafkaClient
+import anyio
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.conn import CloseReason
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
@@ -229,3 +231,45 @@ class KafkaClient:
 
     def __repr__(self) -> str:
         return f"<KafkaClient {self.bootstrap_servers} [{'started' if self._started else 'new'}]>"
+
+
+async def send_coordination(kafka: KafkaClient, node: int, request: Any, timeout_s: float) -> Any:
+    """Send a group or offsets request over the coordination connection, bounded.
+
+    The coordination connection is kept apart from the one fetches use, whose long polls
+    would delay it. Shared by the offsets channel and the group protocol client, which
+    translate the failures into their own errors.
+
+    Args:
+        kafka: the started client.
+        node: the broker id (the group's coordinator, or any broker for FindCoordinator).
+        request: an aiokafka protocol request.
+        timeout_s: time limit, seconds.
+
+    Returns:
+        The response.
+
+    Raises:
+        TimeoutError: no answer within ``timeout_s``; the connection was dropped, so the
+            request given up on does not stay queued on it.
+        AiokafkaError, NotImplementedError: as aiokafka's ``send`` (for the caller to
+            translate).
+    """
+    try:
+        with anyio.fail_after(timeout_s):
+            return await kafka.raw.send(node, request, group=ConnectionGroup.COORDINATION)
+    except TimeoutError:
+        drop_coordination_connection(kafka, node)
+        raise
+
+
+def drop_coordination_connection(kafka: KafkaClient, node: int) -> None:
+    """Close the coordination connection to ``node`` (never raises).
+
+    aiokafka has no public way to drop one connection; a request given up on would otherwise
+    stay queued on it until ``socket.timeout.ms``.
+    """
+    conn = kafka.raw._conns.get((node, ConnectionGroup.COORDINATION))
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.close(reason=CloseReason.CONNECTION_TIMEOUT)

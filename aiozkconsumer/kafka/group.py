@@ -10,15 +10,11 @@ driver (``aiozkconsumer.kafka_coordinator``) decides what to do with it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-from aiokafka.client import ConnectionGroup
-from aiokafka.conn import CloseReason
 from aiokafka.coordinator.protocol import (
     ConsumerProtocol,
     ConsumerProtocolMemberAssignment,
@@ -35,7 +31,7 @@ from aiokafka.protocol.group import (
 from ..errors import ConsumerError
 from ..records import TopicPartition
 from .channel import KafkaGetter
-from .client import KafkaClient
+from .client import KafkaClient, send_coordination
 from .errors import AiokafkaError, IncompatibleBrokerVersion, error_name
 
 __all__ = [
@@ -379,10 +375,8 @@ class GroupClient:
     ) -> Any:
         limit = self.request_timeout_ms / 1000 if timeout_s is None else timeout_s
         try:
-            with anyio.fail_after(limit):
-                return await kafka.raw.send(node, request, group=ConnectionGroup.COORDINATION)
+            return await send_coordination(kafka, node, request, limit)
         except TimeoutError:
-            self._disconnect(kafka, node)
             raise GroupRequestError(
                 what, None, f"{kafka.broker_address(node)} did not answer within {limit:.1f} s"
             ) from None
@@ -394,14 +388,6 @@ class GroupClient:
             raise GroupRequestError(
                 what, None, f"no protocol version in common: {e}", fatal=True
             ) from e
-
-    @staticmethod
-    def _disconnect(kafka: KafkaClient, node: int) -> None:
-        # A request we gave up on would otherwise stay queued on the connection.
-        conn = kafka.raw._conns.get((node, ConnectionGroup.COORDINATION))
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close(reason=CloseReason.CONNECTION_TIMEOUT)
 
     def __repr__(self) -> str:
         where = "unknown" if self._coordinator is None else f"broker {self._coordinator}"
