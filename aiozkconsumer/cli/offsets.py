@@ -1,7 +1,8 @@
 """``aiozkconsumer offsets``: check, export, import, update and reset a group's offsets.
 
 The old tools ``ConsumerOffsetChecker``, ``ExportZkOffsets``, ``ImportZkOffsets`` and
-``UpdateOffsetsInZK`` (0.10.2), and ``kafka-consumer-groups.sh --reset-offsets`` (Kafka 2.x).
+``UpdateOffsetsInZK`` (0.10.2), and ``kafka-consumer-groups.sh --reset-offsets`` (Kafka 2.x);
+``migrate`` copies a group's offsets between ZooKeeper and Kafka, the way off ZooKeeper.
 Export and import use the original's file format, one
 ``/consumers/<group>/offsets/<topic>/<partition>:<offset>`` per line, so files move between
 these commands and the original tools; import also reads the CSV ``reset --export`` (and
@@ -22,6 +23,9 @@ from ..tools import (
     FromOffsets,
     GroupAdmin,
     GroupDescription,
+    KafkaGroupAdmin,
+    MigrationPlan,
+    MigrationTarget,
     OffsetEntry,
     OffsetsFileError,
     ResetPlan,
@@ -36,6 +40,7 @@ from ..tools import (
     detect_offsets_format,
     format_offsets_csv,
     format_offsets_file,
+    migrate_offsets,
     parse_datetime_ms,
     parse_duration,
     parse_offsets_csv,
@@ -96,6 +101,8 @@ def offsets() -> None:
       read Kafka-stored ones), as the old tools.
     reset: kafka-consumer-groups.sh --reset-offsets, for offsets in ZooKeeper,
       in Kafka or in both (--offsets-storage).
+    migrate: copy a group's offsets from ZooKeeper to Kafka (or back), the way
+      off ZooKeeper.
     """
 
 
@@ -622,3 +629,94 @@ def reset(
         )
     else:
         click.echo("dry run: nothing was written (--execute writes the plan)", err=True)
+
+
+# -- migrate ----------------------------------------------------------------------------------
+
+_TARGETS: dict[str, MigrationTarget] = {"kafka": "kafka", "zookeeper": "zookeeper"}
+
+
+def _echo_migration(plan: MigrationPlan) -> None:
+    rows = [(p.topic, p.partition, p.source, p.target, p.new) for p in plan.partitions]
+    headers = ("TOPIC", "PARTITION", "SOURCE-OFFSET", "TARGET-OFFSET", "NEW-OFFSET")
+    for line in format_table(headers, rows, (30, 10, 15, 15, 15)):
+        click.echo(line)
+
+
+@offsets.command("migrate", short_help="Copy a group's offsets from ZooKeeper to Kafka, or back.")
+@click.option("--group", "-g", required=True, type=NAME, help="The consumer group.")
+@click.option(
+    "--to",
+    "to",
+    type=click.Choice(["kafka", "zookeeper"]),
+    default="kafka",
+    show_default=True,
+    help="The target: kafka (from /consumers/<group>/offsets to the group's coordinator) or "
+    "zookeeper (back).",
+)
+@click.option("--dry-run", is_flag=True, help="Print what would be set and change nothing.")
+@cluster_options
+@output_option
+def migrate(
+    group: str,
+    to: str,
+    dry_run: bool,
+    zookeeper: str,
+    bootstrap_server: str | None,
+    connect_timeout_ms: int,
+    output: str,
+) -> None:
+    """Copy a group's committed offsets from ZooKeeper to Kafka (or back with --to zookeeper).
+
+    \b
+    --to kafka:     /consumers/<group>/offsets/<topic>/<partition> -> the group's
+                    Kafka coordinator (OffsetCommit, generation -1, as an admin)
+    --to zookeeper: the group's Kafka offsets -> its ZooKeeper offset nodes
+
+    Refused (exit status 1, nothing written) while the target group has live
+    members: for Kafka, a group state other than Empty or Dead; for ZooKeeper,
+    children of /consumers/<group>/ids. An offset is set only where the target has
+    none or a smaller one, so a second run sets nothing; a target offset ahead of
+    the source is kept, with a warning. A group without offsets in the source exits
+    with status 4.
+
+    \b
+    The table's columns:
+      TOPIC PARTITION SOURCE-OFFSET TARGET-OFFSET NEW-OFFSET
+    NEW-OFFSET is "-" where nothing is set.
+    """
+    target = _TARGETS[to]
+
+    async def go() -> MigrationPlan:
+        async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
+            bootstrap = bootstrap_server
+            if not bootstrap:  # the brokers ZooKeeper knows, as the other offset tools
+                bootstrap = ",".join(a for _, a in (await admin.kafka()).brokers())
+            async with KafkaGroupAdmin(bootstrap) as groups:
+                return await migrate_offsets(admin, groups, group, to=target, execute=not dry_run)
+
+    plan = run_async(go)
+    for warning in plan.warnings:
+        click.echo(f"Warning: {warning}", err=True)
+    if plan.target_members:
+        click.echo(
+            f"Warning: group '{group}' has live members in {target} "
+            f"({', '.join(plan.target_members)}): the migration is refused until they stop.",
+            err=True,
+        )
+    if output == "json":
+        echo_json({**plan.to_json(), "dry_run": dry_run})
+        return
+    _echo_migration(plan)
+    count = len(plan.new_offsets)
+    what = f"group '{group}' from {plan.source} to {plan.target}"
+    if dry_run:
+        click.echo(f"dry run: would set {count} offsets of {what}; nothing was written", err=True)
+    elif count:
+        click.echo(f"migrated {count} offsets of {what}", err=True)
+    else:
+        click.echo(
+            f"nothing to migrate: {plan.target} already holds every offset of group "
+            f"'{group}' that {plan.source} has",
+            err=True,
+        )

@@ -1,7 +1,7 @@
 """The old consumer's command-line tools, as an async library (Kafka 0.10.2.1, ``kafka.tools``).
 
 The ``aiozkconsumer`` command line (``aiozkconsumer.cli``) is a thin layer over this package,
-which does the work and can be used and tested on its own. Five modules, one idea each:
+which does the work and can be used and tested on its own. Six modules, one idea each:
 
 - :mod:`aiozkconsumer.tools.admin`: :class:`GroupAdmin`, one ZooKeeper session and one
   :class:`~aiozkconsumer.cluster.ClusterView` for the group tools: list, describe (offsets,
@@ -17,6 +17,9 @@ which does the work and can be used and tested on its own. Five modules, one ide
 - :mod:`aiozkconsumer.tools.kafka_groups`: :class:`KafkaGroupAdmin`, the Kafka-coordinated
   groups as the brokers' group coordinators know them (``ConsumerGroupCommand
   --bootstrap-server``): list them with their state, describe one's members and lag.
+- :mod:`aiozkconsumer.tools.migrate`: :func:`migrate_offsets`, a group's committed offsets
+  copied from ZooKeeper to Kafka or back (``offsets migrate``), refused while the target group
+  has live members; what it copies is the pure :func:`plan_migration`'s decision.
 - :mod:`aiozkconsumer.tools.console`: :class:`ConsoleConsumer`, the console consumer of the
   old mode (``ConsoleConsumer --zookeeper``), with :class:`MessageFormatter` as its
   ``DefaultMessageFormatter`` and :func:`parse_properties` for ``.properties`` files.
@@ -25,7 +28,7 @@ which does the work and can be used and tested on its own. Five modules, one ide
   (:func:`parse_offsets_csv`, :func:`format_offsets_csv`), told apart by
   :func:`detect_offsets_format`.
 
-Each public name of the five modules is importable from ``aiozkconsumer.tools`` itself.
+Each public name of the six modules is importable from ``aiozkconsumer.tools`` itself.
 """
 
 from __future__ import annotations
@@ -71,6 +74,14 @@ from .kafka_groups import (
     KafkaGroupListing,
     MemberAssignmentState,
     PartitionAssignmentState,
+)
+from .migrate import (
+    MigrationPlan,
+    MigrationTarget,
+    PartitionMigration,
+    kafka_group_members,
+    migrate_offsets,
+    plan_migration,
 )
 from .offsets_file import (
     OffsetEntry,
@@ -130,11 +141,14 @@ __all__ = [
     "MemberDescription",
     "MemberInfo",
     "MessageFormatter",
+    "MigrationPlan",
+    "MigrationTarget",
     "OffsetEntry",
     "OffsetsFileError",
     "OffsetsFormat",
     "OffsetsStorage",
     "PartitionAssignmentState",
+    "PartitionMigration",
     "PartitionOffsetState",
     "PartitionReset",
     "RebalanceVerification",
@@ -158,6 +172,8 @@ __all__ = [
     "format_timestamp_ms",
     "group_state",
     "infer_assignment_strategy",
+    "kafka_group_members",
+    "migrate_offsets",
     "owner_consumer_id",
     "parse_datetime_ms",
     "parse_duration",
@@ -165,6 +181,7 @@ __all__ = [
     "parse_offsets_file",
     "parse_properties",
     "parse_topic_partitions",
+    "plan_migration",
     "plan_reset",
     "random_console_group",
     "select_partitions",
