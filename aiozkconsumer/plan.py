@@ -145,9 +145,10 @@ class ClaimOutcome:
 def decide_claims(results: Mapping[TopicPartition, bool | Exception]) -> ClaimOutcome:
     """Judge the creations of an attempt's owner nodes.
 
-    As ``reflectPartitionOwnershipDecision`` (0.10.2): all are tried; any conflict fails the
-    attempt and the nodes it did create are deleted again, so a half-claimed plan never holds
-    partitions others wait for.
+    As ``reflectPartitionOwnershipDecision`` (0.10.2), all are tried. The original failed the
+    attempt on any conflict and deleted the nodes it did create; the rebalancer keeps them and
+    waits on the blocking ones while the membership is unchanged, and deletes them (``undo``)
+    when the attempt fails, so a half-claimed plan never holds partitions others wait for.
 
     Args:
         results: per partition, ``True`` (created), ``False`` (another value is there) or the

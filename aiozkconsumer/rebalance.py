@@ -16,8 +16,13 @@ Beyond the original:
   their place in the stream; a member joining does not stop the whole group. The original
   released and re-claimed everything on every rebalance. The ZooKeeper layout is unchanged, and
   a member running the original computes the same plan, so it never claims what we keep.
-- After a failed claim it waits for the blocking owner nodes to be deleted (a ZooKeeper watch)
-  instead of always sleeping the full ``rebalance.backoff.ms``.
+- A claim that conflicts with a member that has not yet released keeps the claims already made
+  and waits (a ZooKeeper watch, at most ``rebalance.backoff.ms`` per wait) only on the blocking
+  owner nodes, then claims those again, for as long as the group's membership (the ``/ids``
+  child version read with the view) is unchanged: every member reading the same membership
+  computes the same plan, so nobody else wants the claims held meanwhile. When the membership
+  changed, the claims of the attempt are deleted and the next attempt plans again from a fresh
+  view. The original deleted every claim and re-read the whole view after each conflict.
 - A partition whose offset node does not hold a number is left unclaimed, alone (the original
   failed the whole attempt); ``unowned_partitions`` says which and why, and every rebalance
   reads it again. With ``offsets.malformed.reset`` it is claimed from ``auto.offset.reset``.
@@ -175,6 +180,9 @@ class Rebalancer:
         self.last_moves = (0, 0, 0)
         self.unowned_partitions: dict[TopicPartition, str] = {}
         self._members: tuple[str, ...] = ()
+        self._ids_version: int | None = None
+        self._waits_left = 0
+        self._replan_now = False
 
     async def synced_rebalance(self, reason: str) -> None:
         """Time ``_synced_rebalance`` in ``RebalanceRateAndTime`` (KAFKA-1446)."""
@@ -211,6 +219,8 @@ class Rebalancer:
                 # The session may have been replaced since the last attempt (or since the
                 # rebalance began): own nothing of the old one and register again first.
                 await self.membership.handle_new_session_if_needed()
+                self._waits_left = cfg.rebalance_max_retries - attempt
+                self._replan_now = False
                 done = await self._rebalance(blocking)
             except (ConsumerError, MalformedZookeeperDataError, ZookeeperError) as e:
                 log.info("[%s] exception during rebalance: %s", self.consumer_id, e)
@@ -233,7 +243,9 @@ class Rebalancer:
                         await anyio.sleep(backoff_s)
                     continue
             try:
-                if blocking:
+                if self._replan_now:
+                    pass  # the membership changed while claiming: plan again at once
+                elif blocking:
                     await self.zk.wait_deleted(blocking, backoff_s)
                 else:
                     await anyio.sleep(backoff_s)
@@ -329,6 +341,10 @@ class Rebalancer:
                 self.on_no_brokers()
                 return None
             all_topics = await self.cluster.all_topics()
+        # The child version first: a member joining between the two reads makes it look
+        # changed later (a re-plan), never unchanged.
+        ids = await zk.get(layout.ids_dir(group))
+        self._ids_version = None if ids is None else int(ids[1].child_version)
         members = sorted(await zk.get_children(layout.ids_dir(group)) or [])
         self._members = tuple(members)
         topic_counts: dict[str, TopicCount] = {}
@@ -405,12 +421,25 @@ class Rebalancer:
                 offsets[tp] = NO_OFFSET  # offsets.malformed.reset: auto.offset.reset applies
         if self.is_closing():
             return False
+        waited = await self._claim(acquire, blocking)
+        if waited is None:
+            return False
+        if waited:
+            # Their previous owner committed before it deleted its owner node: read again.
+            again, unreadable = await self._fetch_offsets(waited)
+            offsets.update(again)
+            for tp in unreadable:
+                offsets[tp] = NO_OFFSET
+            dropped = self._judge_unreadable(unreadable)
+            if dropped:
+                self.unowned_partitions.update(dropped)
+                await self._undo_claims(dropped, swallow=False)
+                for tp in dropped:
+                    del acquire[tp]
         new_ptis = {
             tp: partition_info(cfg, self.metrics, own.gate, tp, moves.acquire[tp], offsets[tp])
             for tp in acquire
         }
-        if not await self._claim(acquire, blocking):
-            return False
         await self._fence(acquire, new_ptis)
         own.acquire(new_ptis.values())
         own.record_committed(offsets)
@@ -494,33 +523,71 @@ class Rebalancer:
 
     async def _claim(
         self, mine: Mapping[TopicPartition, ConsumerThreadId], blocking: list[str]
-    ) -> bool:
-        """Create our owner nodes (``reflectPartitionOwnershipDecision``).
+    ) -> set[TopicPartition] | None:
+        """Create our owner nodes (``reflectPartitionOwnershipDecision``), waiting out conflicts.
 
-        Tries all, not stopping at the first conflict; on any conflict deletes those created
-        in this attempt and returns ``False``; on an error deletes them and raises it.
+        Tries all, not stopping at the first conflict. On a conflict it keeps the nodes it
+        created and waits for the blocking ones to be deleted (at most ``rebalance.backoff.ms``
+        per wait, as many waits as the rebalance has attempts left), then claims those again,
+        as long as the membership read with the view is unchanged. When it changed, or the
+        waits ran out, it deletes every node this attempt created and returns ``None``
+        (``blocking`` then names the owner nodes still in the way).
+
+        Returns:
+            The partitions whose claim had to wait (their offsets are to be read again), or
+            ``None`` when the attempt failed.
+
+        Raises:
+            ZookeeperError: a create failed; every node this attempt created was deleted first.
         """
         group = self.config.group_id
-        items = sorted(mine.items())
-        results = await gather_outcomes(
-            self.zk.create_ephemeral_expect_conflict(
-                layout.owner_path(group, tp.topic, tp.partition), layout.encode_owner(str(tid))
+        backoff_s = self.config.effective_rebalance_backoff_ms / 1000
+        pending = dict(mine)
+        held: set[TopicPartition] = set()
+        waited: set[TopicPartition] = set()
+        while True:
+            items = sorted(pending.items())
+            results = await gather_outcomes(
+                self.zk.create_ephemeral_expect_conflict(
+                    layout.owner_path(group, tp.topic, tp.partition), layout.encode_owner(str(tid))
+                )
+                for tp, tid in items
             )
-            for tp, tid in items
-        )
-        outcome = decide_claims(dict(zip((tp for tp, _ in items), results, strict=True)))
-        for tp in sorted(outcome.blocking):
-            log.info(
-                "[%s] waiting for the partition ownership to be deleted: %s for topic %s",
-                self.consumer_id,
-                tp.partition,
-                tp.topic,
-            )
-            blocking.append(layout.owner_path(group, tp.topic, tp.partition))
-        await self._undo_claims(outcome.undo, swallow=outcome.error is not None)
-        if outcome.error is not None:
-            raise outcome.error
-        return outcome.succeeded
+            outcome = decide_claims(dict(zip((tp for tp, _ in items), results, strict=True)))
+            held |= outcome.created
+            if outcome.error is not None:
+                await self._undo_claims(held, swallow=True)
+                raise outcome.error
+            if not outcome.blocking:
+                return waited
+            paths = []
+            for tp in sorted(outcome.blocking):
+                log.info(
+                    "[%s] waiting for the partition ownership to be deleted: %s for topic %s",
+                    self.consumer_id,
+                    tp.partition,
+                    tp.topic,
+                )
+                paths.append(layout.owner_path(group, tp.topic, tp.partition))
+            if self._waits_left <= 0 or self.is_closing():
+                blocking.extend(paths)
+                await self._undo_claims(held, swallow=False)
+                return None
+            self._waits_left -= 1
+            await self.zk.wait_deleted(paths, backoff_s)
+            if await self._membership_changed():
+                log.info("[%s] the group's membership changed: planning again", self.consumer_id)
+                self._replan_now = True
+                await self._undo_claims(held, swallow=False)
+                return None
+            waited |= outcome.blocking
+            pending = {tp: mine[tp] for tp in outcome.blocking}
+
+    async def _membership_changed(self) -> bool:
+        """Whether the ``/ids`` child version differs from the one read with the view."""
+        ids = await self.zk.get(layout.ids_dir(self.config.group_id))
+        version = None if ids is None else int(ids[1].child_version)
+        return version is None or version != self._ids_version
 
     async def _undo_claims(self, tps: Iterable[TopicPartition], *, swallow: bool) -> None:
         """Delete owner nodes this attempt created (best effort when ``swallow``)."""

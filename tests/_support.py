@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -108,3 +110,33 @@ async def wait_settled(connectors: list[ZookeeperConsumerConnector], limit_s: fl
 
                 for c in connectors:
                     tg.start_soon(one, c)
+
+
+class OnLog(logging.Handler):
+    """Sets ``event`` when a log message contains every one of ``needles``."""
+
+    def __init__(self, event: anyio.Event, *needles: str) -> None:
+        super().__init__(logging.INFO)
+        self.event = event
+        self.needles = needles
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if all(n in message for n in self.needles):
+            self.event.set()
+
+
+@contextmanager
+def on_log(logger_name: str, event: anyio.Event, *needles: str) -> Iterator[None]:
+    """While inside, ``event`` is set by the first INFO+ message of ``logger_name`` that
+    contains every one of ``needles``."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    handler = OnLog(event, *needles)
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

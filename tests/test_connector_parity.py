@@ -11,10 +11,11 @@ from typing import Any
 
 import anyio
 import pytest
-from _support import Seen, config_for, drain, owner_nodes, wait_settled
+from _support import Seen, config_for, drain, on_log, owner_nodes, wait_settled
 
 from aiozkconsumer import (
     ConnectorState,
+    ConsumerRebalanceFailedError,
     ConsumerThreadId,
     ConsumerTimeoutError,
     MessageStreamsExistError,
@@ -138,30 +139,54 @@ async def test_ownership_conflict_resolved_within_retries(
     await any_zk_client.ensure_path(layout.owners_dir(unique_group_id, unique_topic))
     await any_zk_client.create(blocker, b"someone-else-0", ephemeral=True)
     config = config_for(any_cluster, unique_group_id, rebalance_backoff_ms=5000)
-    async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
-        done = anyio.Event()
+    waiting = anyio.Event()
+    with on_log("aiozkconsumer.rebalance", waiting, "waiting for the partition ownership"):
+        async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
+            done = anyio.Event()
 
-        async def subscribe() -> None:
+            async def subscribe() -> None:
+                await c.create_message_streams({unique_topic: 1})
+                done.set()
+
+            tg.start_soon(subscribe)
+            with anyio.fail_after(30):
+                await waiting.wait()
+            # The attempt keeps its other claim while it waits for partition 0's owner node
+            # (the membership is unchanged, so nobody else plans to take partition 1).
+            owners = await owner_nodes(any_zk_client, unique_group_id, unique_topic)
+            assert owners[0] == "someone-else-0"
+            assert owners[1].startswith(c.consumer_id_string)
+            await any_zk_client.delete(blocker)
+            with anyio.fail_after(30):
+                await done.wait()
+            stats = c.statistics()
+            assert stats.state is ConnectorState.RUNNING
+            assert len(stats.owned_partitions) == 2
+            assert stats.rebalances[-1].attempts == 1
+            assert stats.failed_rebalance_attempts == 0
+            # Waiting for the deletion, not the 5 s backoff.
+            assert stats.rebalances[-1].duration_s < 5
+
+
+async def test_a_claim_conflict_past_the_last_attempt_leaves_no_claim_behind(
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str, any_zk_client: Any
+) -> None:
+    await _topic(any_cluster, unique_topic, 2, 10)
+    blocker = layout.owner_path(unique_group_id, unique_topic, 0)
+    await any_zk_client.ensure_path(layout.owners_dir(unique_group_id, unique_topic))
+    await any_zk_client.create(blocker, b"someone-else-0", ephemeral=True)
+    config = config_for(
+        any_cluster, unique_group_id, rebalance_max_retries=2, rebalance_backoff_ms=100
+    )
+    async with ZookeeperConsumerConnector(config) as c:
+        with pytest.raises(ConsumerRebalanceFailedError):
             await c.create_message_streams({unique_topic: 1})
-            done.set()
-
-        tg.start_soon(subscribe)
-        with anyio.fail_after(30):
-            while c.statistics().failed_rebalance_attempts == 0:
-                await c.wait_for_state_change()
-        # The failed attempt undid its other claim: no owner node of ours is left behind.
+        # Each failed attempt deleted the claims it made: partition 1 is not held by anyone.
         assert await owner_nodes(any_zk_client, unique_group_id, unique_topic) == {
             0: "someone-else-0"
         }
-        await any_zk_client.delete(blocker)
-        with anyio.fail_after(30):
-            await done.wait()
-        stats = c.statistics()
-        assert stats.state is ConnectorState.RUNNING
-        assert len(stats.owned_partitions) == 2
-        assert stats.rebalances[-1].attempts == 2
-        # Waiting for the deletion, not the 5 s backoff.
-        assert stats.rebalances[-1].duration_s < 5
+        assert c.statistics().failed_rebalance_attempts == 2
+    await any_zk_client.delete(blocker)
 
 
 async def test_wildcard_consumes_topics_created_later(
