@@ -305,7 +305,50 @@ class OffsetOutOfRangeError(ConsumerError):
 
 
 class CorruptRecordError(ConsumerError):
-    """A fetched record batch does not parse (``CorruptRecordException``)."""
+    """A fetched record batch is corrupt: its CRC does not match, or it does not parse.
+
+    The original's ``ConsumerIterator`` called ``ensureValid()`` on every message (0.10.2), so a
+    message whose CRC did not match raised ``InvalidMessageException`` instead of being handed
+    out; the Java ``KafkaConsumer`` and aiokafka check the CRC of every record batch when
+    ``check.crcs`` is true and raise ``CorruptRecordException``. Here nothing of a corrupt
+    batch is delivered, and the consumed offset stays before it, so nothing committed moves
+    past it (see ``check.crcs`` and ``crc.error.action`` in ``ConsumerConfig``).
+
+    Attributes:
+        topic: the topic's name.
+        partition: the partition number.
+        offset: the first offset of the corrupt batch as its header gives it (the base
+            offset), or, for a batch that does not parse at all, the offset after the last
+            batch that did.
+        last_offset: the batch's last offset as its header gives it, ``None`` when unknown.
+        expected_crc: the CRC stored in the batch (CRC-32C for magic 2, CRC-32 for the
+            legacy magic 0 and 1 message sets), ``None`` when not a CRC mismatch.
+        actual_crc: the CRC computed over the bytes received, ``None`` likewise.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        reason: str,
+        *,
+        last_offset: int | None = None,
+        expected_crc: int | None = None,
+        actual_crc: int | None = None,
+    ) -> None:
+        offsets = f"offset {offset}"
+        if last_offset is not None and last_offset != offset:
+            offsets = f"offsets {offset}..{last_offset}"
+        super().__init__(
+            f"corrupt record batch in partition [{topic},{partition}] at {offsets}: {reason}"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.last_offset = last_offset
+        self.expected_crc = expected_crc
+        self.actual_crc = actual_crc
 
 
 class CommitFencedError(OffsetStorageError):

@@ -28,7 +28,8 @@ from aiokafka.record.memory_records import MemoryRecords
 
 from .assignors import java_string_hash
 from .cluster import EARLIEST, LATEST, KafkaClient
-from .errors import BrokerNotAvailableError, ConsumerError, UnknownTopicError
+from .errors import BrokerNotAvailableError, ConsumerError, CorruptRecordError, UnknownTopicError
+from .kafka.crc import SkippedBatch, corrupt_batches
 from .kafka.errors import PartitionError, classify_partition_error, error_name
 from .records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
 
@@ -198,16 +199,33 @@ class ConsumerFetcher:
         stops being fetched until the reader takes it; the other partitions of this broker go
         on. Backpressure stays per stream (``queued.max.message.chunks`` chunks, plus one
         waiting chunk per partition).
+
+        With ``check.crcs``, every batch's CRC is checked here, before the chunk is handed
+        over (as the original's iterator checked each message, ``ensureValid()``). A corrupt
+        batch is never handed out: with ``crc.error.action=skip`` it is logged, counted and
+        stood in for by a :class:`~aiozkconsumer.kafka.crc.SkippedBatch`; with ``raise`` the
+        batches before it are handed over and the next fetch starts at it; when it is the
+        first, the iterator gets a chunk that raises ``CorruptRecordError`` and the partition
+        stops being fetched (as for a batch that is too large).
         """
         if not data:
             return
+        config = self.manager.config
         records = MemoryRecords(data)
-        batches = []
+        batches: list[Any] = []
         next_offset = fetch_offset
+        corrupt: CorruptRecordError | None = None
+        bad = corrupt_batches(data, pti.tp) if config.check_crcs else None
         while records.has_next():
             batch = records.next_batch()
             if batch is None:
                 break
+            if bad and batch.next_offset in bad:
+                e = bad[batch.next_offset]
+                if not self._skip_corrupt(pti, e, next_offset):
+                    corrupt = e
+                    break
+                batch = SkippedBatch(e.offset, batch.next_offset)
             batches.append(batch)
             next_offset = batch.next_offset
         if batches:
@@ -217,11 +235,42 @@ class ConsumerFetcher:
                 metrics.bytes_per_sec(pti.topic).mark(size)
                 metrics.bytes_per_sec().mark(size)
             self._hand_over(FetchedDataChunk(batches, pti, fetch_offset), next_offset)
+        elif corrupt is not None:
+            log.error(
+                "%s; not delivered, %s stops at offset %s (crc.error.action=raise)",
+                corrupt,
+                pti.tp,
+                fetch_offset,
+            )
+            self._mark_corrupt(pti)
+            self.partitions.pop(pti.tp, None)
+            self._hand_over(FetchedDataChunk((), pti, fetch_offset, error=corrupt), fetch_offset)
         elif records.size_in_bytes() > 0:
             # A batch larger than fetch.message.max.bytes: it can never be returned. Hand the
             # iterator a chunk that raises MessageSizeTooLargeError and stop fetching it.
             self.partitions.pop(pti.tp, None)
             self._hand_over(FetchedDataChunk((), pti, fetch_offset, too_large=True), fetch_offset)
+
+    def _skip_corrupt(
+        self, pti: PartitionTopicInfo, error: CorruptRecordError, position: int
+    ) -> bool:
+        """Whether to step over a corrupt batch (``crc.error.action=skip``); logs and counts it.
+
+        A batch whose header does not lead past ``position`` (the offset after the batches
+        before it) cannot be stepped over: where it ends is itself corrupt. It raises.
+        """
+        end = error.last_offset
+        if self.manager.config.crc_error_action != "skip" or end is None or end < position:
+            return False
+        log.error("%s; skipped (crc.error.action=skip)", error)
+        self._mark_corrupt(pti)
+        return True
+
+    def _mark_corrupt(self, pti: PartitionTopicInfo) -> None:
+        metrics = self.manager.metrics
+        if metrics is not None:
+            metrics.corrupt_batches_per_sec(pti.topic).mark()
+            metrics.corrupt_batches_per_sec().mark()
 
     def _hand_over(self, chunk: FetchedDataChunk, next_offset: int) -> None:
         pti = chunk.topic_info

@@ -6,12 +6,17 @@ or owner nodes, no ZooKeeper at all. Streams, batches, commits, the rebalance li
 interceptors, statistics and metrics are those of every ``ConsumerConnector``; offsets live in
 Kafka, committed with the member's generation and member id, so a member whose generation is
 over cannot commit (``CommitFencedError``), as the Java client's ``CommitFailedException``.
+
+With ``group.protocol=consumer`` the member speaks the consumer group protocol of KIP-848
+instead (``kafka_consumer_protocol.ConsumerProtocolCoordinator``): the broker assigns, the
+member reconciles incrementally, and commits carry the member epoch (OffsetCommit v9).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -22,9 +27,13 @@ from .commits import FencedCommitter
 from .config import ConsumerConfig
 from .errors import ConsumerError, InvalidConfigError
 from .interceptors import ConsumerInterceptor
+from .kafka.consumer_group import ConsumerGroupClient, MemberEpochOffsetsChannel
 from .kafka.group import GroupClient
+from .kafka_consumer_protocol import ConsumerProtocolCoordinator
 from .kafka_coordinator import METADATA_REFRESH_MS, KafkaCoordinator
-from .offsets import make_offset_store
+from .offsets import OffsetStore, make_offset_store
+from .offsets.kafka_store import KafkaOffsetStore
+from .offsets.rules import default_fetch_timeout_ms
 
 __all__ = ["KafkaConsumerConnector"]
 
@@ -54,13 +63,17 @@ class KafkaConsumerConnector(ConsumerConnector):
             ``ZookeeperConsumerConnector``).
         interceptors: consumer interceptors besides those ``interceptor.classes`` names.
 
+    With ``group.protocol=consumer`` the member uses the consumer group protocol (KIP-848,
+    Kafka 4.x brokers): ``create_message_streams`` raises ``GroupCoordinatorError`` naming
+    ``group.protocol=consumer`` when the broker does not support it.
+
     Raises:
         InvalidConfigError: ``group.coordinator`` is not ``kafka``, or ``interceptor.classes``
             names a class that cannot be loaded.
         KafkaConnectionError: (on entering) no broker of ``bootstrap.servers`` answered.
     """
 
-    coordinator: KafkaCoordinator
+    coordinator: KafkaCoordinator | ConsumerProtocolCoordinator
 
     def __init__(
         self,
@@ -83,16 +96,36 @@ class KafkaConsumerConnector(ConsumerConnector):
             request_timeout_ms=config.socket_timeout_ms,
             retry_backoff_ms=config.refresh_leader_backoff_ms,
         )
+        offset_store: OffsetStore
+        if config.consumer_protocol:
+            offset_store = KafkaOffsetStore(
+                cluster.kafka,
+                config.group_id,
+                backoff_ms=config.offsets_channel_backoff_ms,
+                socket_timeout_ms=config.offsets_channel_socket_timeout_ms,
+                fetch_timeout_ms=default_fetch_timeout_ms(
+                    config.offsets_channel_socket_timeout_ms, config.offsets_commit_max_retries
+                ),
+                group_generation=self._generation_and_member,
+                channel=MemberEpochOffsetsChannel(
+                    cluster.kafka,
+                    config.group_id,
+                    socket_timeout_ms=config.offsets_channel_socket_timeout_ms,
+                ),
+            )
+        else:
+            offset_store = make_offset_store(
+                config, None, cluster.kafka, group_generation=self._generation_and_member
+            )
         super().__init__(
             config,
             fetch=fetch,
             cluster=cluster,
-            offset_store=make_offset_store(
-                config, None, cluster.kafka, group_generation=self._generation_and_member
-            ),
+            offset_store=offset_store,
             interceptors=interceptors,
         )
-        self.group = GroupClient(
+        group_class = ConsumerGroupClient if config.consumer_protocol else GroupClient
+        self.group = group_class(
             cluster.kafka,
             config.group_id,
             request_timeout_ms=min(config.socket_timeout_ms, config.session_timeout_ms),
@@ -107,7 +140,10 @@ class KafkaConsumerConnector(ConsumerConnector):
             on_fenced=self._drop_fenced,
             on_commit=self.interceptors.on_commit,
         )
-        self.coordinator = KafkaCoordinator(
+        coordinator_class: Any = KafkaCoordinator
+        if config.consumer_protocol:
+            coordinator_class = ConsumerProtocolCoordinator
+        self.coordinator = coordinator_class(
             config=config,
             consumer_id=self.consumer_id_string,
             group=self.group,
@@ -129,6 +165,10 @@ class KafkaConsumerConnector(ConsumerConnector):
 
     def _generation_and_member(self) -> tuple[int, str]:
         coordinator = self.coordinator
+        if isinstance(coordinator, ConsumerProtocolCoordinator):
+            # Never -1 (with an empty group, the broker takes that for an admin's commit):
+            # a member without an epoch commits with 0, which no member has, and is refused.
+            return max(coordinator.member_epoch, 0), coordinator.member_id
         return coordinator.generation, coordinator.member_id
 
     # -- the coordinator's parts of the lifecycle ----------------------------------------
@@ -144,7 +184,9 @@ class KafkaConsumerConnector(ConsumerConnector):
         await self._run_rebalance("initial subscription", raise_on_failure=True)
         tg = self.task_group
         tg.start_soon(self.coordinator.heartbeat_loop)
-        tg.start_soon(self.coordinator.metadata_loop)
+        if isinstance(self.coordinator, KafkaCoordinator):
+            # The consumer protocol's coordinator follows the metadata itself.
+            tg.start_soon(self.coordinator.metadata_loop)
         if wildcard:
             tg.start_soon(self._follow_topic_list)
         tg.start_soon(self._rebalance_worker)
@@ -177,4 +219,7 @@ class KafkaConsumerConnector(ConsumerConnector):
     @property
     def _group_generation(self) -> tuple[int | None, str | None]:
         c = self.coordinator
+        if isinstance(c, ConsumerProtocolCoordinator):
+            # The member epoch; 0 (joining) and -1 (not a member) are no membership.
+            return (c.member_epoch if c.member_epoch > 0 else None, c.member_id)
         return (c.generation if c.generation >= 0 else None, c.member_id or None)

@@ -194,12 +194,16 @@ class FetchedDataChunk:
             skipped by the iterator (a compressed batch may start earlier).
         too_large: ``True`` when the broker returned a partial batch larger than the fetch
             size: the iterator raises ``MessageSizeTooLargeError`` for it.
+        error: an error the iterator raises instead of handing out records (a
+            ``CorruptRecordError`` for a batch at ``fetch_offset`` whose CRC does not match),
+            leaving the consumed offset where it is; ``None`` for data.
     """
 
     batches: Sequence[Any]
     topic_info: PartitionTopicInfo
     fetch_offset: int
     too_large: bool = False
+    error: Exception | None = None
 
 
 HISTORY_LIMIT = 100

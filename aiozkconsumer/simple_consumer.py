@@ -37,6 +37,7 @@ from .errors import (
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
+from .kafka.crc import corrupt_batches
 from .kafka.errors import (
     RECORD_PARSE_ERRORS,
     PartitionError,
@@ -101,7 +102,12 @@ class _RetriableError(Exception):
 
 
 def parse_records(
-    tp: TopicPartition, fetch_offset: int, data: bytes, max_bytes: int
+    tp: TopicPartition,
+    fetch_offset: int,
+    data: bytes,
+    max_bytes: int,
+    *,
+    check_crcs: bool = True,
 ) -> tuple[list[MessageAndMetadata], int]:
     """Parse one partition's record set from a fetch response.
 
@@ -111,15 +117,21 @@ def parse_records(
             compressed batch may start before it).
         data: the ``records`` bytes of the partition's fetch response.
         max_bytes: the fetch size the request used (for the error message).
+        check_crcs: check every batch's CRC before reading its records (``check.crcs``, as
+            the original's ``ensureValid()`` on every message).
 
     Returns:
         ``(records, next_offset)``: the data records at offsets >= ``fetch_offset`` and the
-        offset after the last complete batch (``fetch_offset`` when ``data`` is empty).
+        offset after the last complete batch (``fetch_offset`` when ``data`` is empty). When
+        a batch's CRC does not match after batches that reach past ``fetch_offset``, those
+        batches' records are returned and ``next_offset`` is where the corrupt batch starts:
+        the next parse from there raises.
 
     Raises:
         MessageSizeTooLargeError: ``data`` is not empty but holds no complete batch: the batch
             at ``fetch_offset`` is larger than ``max_bytes``.
-        CorruptRecordError: a batch does not parse.
+        CorruptRecordError: the first batch reaching past ``fetch_offset`` has a CRC that
+            does not match (nothing of it is returned), or a batch does not parse.
     """
     if not data:
         return [], fetch_offset
@@ -128,6 +140,7 @@ def parse_records(
     next_offset = fetch_offset
     complete = False
     topic, partition = tp.topic, tp.partition
+    bad = corrupt_batches(data, tp) if check_crcs else None
     append = records.append
     new = tuple.__new__
     mam = MessageAndMetadata
@@ -136,6 +149,10 @@ def parse_records(
             batch = memory_records.next_batch()
             if batch is None:
                 break
+            if bad and batch.next_offset in bad:
+                if next_offset > fetch_offset:
+                    break  # the records before it go out; the next fetch raises
+                raise bad[batch.next_offset]
             complete = True
             next_offset = max(next_offset, batch.next_offset)
             if batch.is_control_batch:
@@ -172,9 +189,7 @@ def parse_records(
 
 def corrupt_record_error(tp: TopicPartition, after: int, cause: Exception) -> CorruptRecordError:
     """The error for a record batch of ``tp`` after offset ``after`` that does not parse."""
-    return CorruptRecordError(
-        f"corrupt record batch in partition {tp} after offset {after}: {cause}"
-    )
+    return CorruptRecordError(tp.topic, tp.partition, after, f"does not parse: {cause}")
 
 
 def message_too_large_error(
@@ -216,7 +231,12 @@ class SimpleConsumer:
         retry_backoff_ms: the first retry's backoff; each further retry doubles it.
         metrics: where to report ``FetchRequestRateAndTimeMs``, ``FetchResponseSize`` and
             ``FetchRequestThrottleRateAndTimeMs`` (per broker and for all brokers), as the
-            original's ``FetchRequestAndResponseStats``; ``None`` reports nothing.
+            original's ``FetchRequestAndResponseStats``, and ``CorruptBatchesPerSec``;
+            ``None`` reports nothing.
+        check_crcs: ``check.crcs``: :meth:`fetch` checks the CRC of every record batch and
+            raises ``CorruptRecordError`` for one that does not match (the original's
+            ``ConsumerIterator`` called ``ensureValid()`` on every message). ``False`` hands
+            out whatever arrived. :meth:`fetch_raw` never checks.
 
     Raises:
         ValueError: a timeout, size or retry count is out of range.
@@ -233,6 +253,7 @@ class SimpleConsumer:
         max_retries: int = 3,
         retry_backoff_ms: int = 200,
         metrics: ConsumerMetrics | None = None,
+        check_crcs: bool = True,
     ) -> None:
         if socket_timeout_ms <= fetch_max_wait_ms:
             raise ValueError(
@@ -251,6 +272,7 @@ class SimpleConsumer:
         self.max_retries = max_retries
         self.retry_backoff_ms = retry_backoff_ms
         self.metrics = metrics
+        self.check_crcs = check_crcs
         self._kafka: KafkaClient | None = None
         self._closed = False
 
@@ -544,7 +566,11 @@ class SimpleConsumer:
                 range.
             MessageSizeTooLargeError: the response holds data but no complete batch (a batch
                 larger than ``max_bytes``, from an old broker).
-            CorruptRecordError: the returned data does not parse.
+            CorruptRecordError: the record batch at ``offset`` has a CRC that does not match
+                (with ``check_crcs``; nothing of it is returned, and records of batches
+                before it are returned first, by the fetch that reaches it), or the returned
+                data does not parse. ``offset``, ``last_offset``, ``expected_crc`` and
+                ``actual_crc`` of the error say which batch and how.
             UnknownTopicError: the topic or the partition does not exist (still missing
                 from the metadata after ``max_retries`` retries).
             BrokerNotAvailableError: the leader could not be reached, or kept answering
@@ -555,7 +581,15 @@ class SimpleConsumer:
             ConsumerClosedError: the consumer is not started or closed.
         """
         raw = await self.fetch_raw(tp, offset, max_bytes)
-        records, next_offset = parse_records(tp, offset, raw.data, max_bytes)
+        try:
+            records, next_offset = parse_records(
+                tp, offset, raw.data, max_bytes, check_crcs=self.check_crcs
+            )
+        except CorruptRecordError as e:
+            if self.metrics is not None and e.expected_crc is not None:
+                self.metrics.corrupt_batches_per_sec(tp.topic).mark()
+                self.metrics.corrupt_batches_per_sec().mark()
+            raise
         return FetchResult(records, raw.high_watermark, next_offset)
 
     async def fetch_raw(

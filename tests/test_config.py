@@ -34,6 +34,8 @@ ORIGINAL_DEFAULTS: dict[str, object] = {
     "fetch.min.bytes": 1,
     "fetch.wait.max.ms": 100,
     "num.consumer.fetchers": 1,
+    "check.crcs": True,
+    "crc.error.action": "raise",
     "auto.commit.enable": True,
     "auto.commit.interval.ms": 60000,
     "queued.max.message.chunks": 2,
@@ -54,6 +56,8 @@ ORIGINAL_DEFAULTS: dict[str, object] = {
     "session.timeout.ms": 45000,
     "heartbeat.interval.ms": 3000,
     "max.poll.interval.ms": 300000,
+    "group.protocol": "classic",
+    "group.remote.assignor": None,
     "interceptor.classes": None,
     "offsets.malformed.reset": False,
 }

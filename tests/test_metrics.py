@@ -476,6 +476,8 @@ def _populate(metrics: ConsumerMetrics) -> None:
         metrics.messages_per_sec().mark(n)
         metrics.bytes_per_sec(topic).mark(100 * n)
         metrics.bytes_per_sec().mark(100 * n)
+        metrics.corrupt_batches_per_sec(topic).mark(1)
+        metrics.corrupt_batches_per_sec().mark(1)
         metrics.owned_partitions_count(topic, lambda: 1)
         metrics.fetch_queue_size(topic, 0, lambda: 2)
         metrics.consumer_lag(topic, 0, lambda: 12)

@@ -11,6 +11,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
 from aiozkconsumer.errors import (
@@ -46,6 +47,7 @@ def _batch(base_offset: int, n: int, *, control: bool = False) -> bytes:
     raw[0:8] = struct.pack(">q", base_offset)  # the broker assigns the base offset
     if control:
         raw[22] |= 0x20  # attributes (int16 at byte 21), bit 5: control batch
+        struct.pack_into(">I", raw, 17, calc_crc32c(bytes(raw[21:])))  # the CRC covers them
     return bytes(raw)
 
 

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
+from aiokafka.record.util import calc_crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,6 +50,7 @@ def _batch(
     raw = bytearray(builder.build())
     raw[0:8] = struct.pack(">q", base_offset)  # the broker assigns the base offset
     raw[22] |= flags  # attributes (int16 at byte 21): timestamp type, control
+    struct.pack_into(">I", raw, 17, calc_crc32c(bytes(raw[21:])))  # the CRC covers them
     return bytes(raw)
 
 

@@ -1,5 +1,6 @@
 """The aiokafka adapter: the client (``client.py``), the offsets coordinator channel
-(``channel.py``) and the one translation of aiokafka's errors (``errors.py``).
+(``channel.py``), the one translation of aiokafka's errors (``errors.py``) and the record
+batch CRC check every fetch path shares (``crc.py``).
 
 Nothing outside this package imports ``aiokafka.errors`` or touches aiokafka's private
 attributes; the rest of the consumer sees ``aiozkconsumer.errors`` and the names of

@@ -106,6 +106,7 @@ _PER_BROKER: Final = ", per broker"
 _MESSAGES_HELP: Final = "Records handed to the application by the streams"
 _BYTES_HELP: Final = "Bytes of fetched record data enqueued for the streams"
 _OWNED_HELP: Final = "Partitions this consumer owns"
+_CORRUPT_HELP: Final = "Fetched record batches whose CRC did not match (never delivered)"
 _FETCH_HELP: Final = "Fetch request round-trip time in seconds"
 _THROTTLE_HELP: Final = "Quota throttle time brokers reported in fetch responses, in seconds"
 _SIZE_HELP: Final = "Record bytes per fetch response"
@@ -122,6 +123,12 @@ PROMETHEUS_FAMILIES: Final[dict[tuple[str, bool], PrometheusFamily]] = {
     ),
     ("BytesPerSec", True): PrometheusFamily(
         "kafka_consumer_topic_bytes_total", "counter", _BYTES_HELP + _PER_TOPIC, _CT
+    ),
+    ("CorruptBatchesPerSec", False): PrometheusFamily(
+        "kafka_consumer_corrupt_batches_total", "counter", _CORRUPT_HELP + _ALL_TOPICS, _C
+    ),
+    ("CorruptBatchesPerSec", True): PrometheusFamily(
+        "kafka_consumer_topic_corrupt_batches_total", "counter", _CORRUPT_HELP + _PER_TOPIC, _CT
     ),
     ("ZooKeeperCommitsPerSec", False): PrometheusFamily(
         "kafka_consumer_zookeeper_commits_total",
@@ -324,7 +331,9 @@ class PrometheusInstruments:
         self._histograms: dict[str, PromHistogram] = {}
         self._all: dict[str, PromCounter | PromGauge | PromHistogram] = {}
         for (original, _), family in PROMETHEUS_FAMILIES.items():
-            doc = f"{family.help}. Originally {_ORIGINAL[original]}."
+            # CorruptBatchesPerSec is new (check.crcs): JMX-style name, not the original's.
+            origin = "JMX name" if original == "CorruptBatchesPerSec" else "Originally"
+            doc = f"{family.help}. {origin} {_ORIGINAL[original]}."
             instrument: PromCounter | PromGauge | PromHistogram
             if family.type == "counter":
                 instrument = self._counters[family.name] = Counter(

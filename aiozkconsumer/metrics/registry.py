@@ -9,6 +9,8 @@ no global state) of the same metrics, with the same kinds and names
   ``kafka.consumer:type=ConsumerTopicMetrics,name=MessagesPerSec,clientId=C[,topic=T]``
 - ``bytes_per_sec(topic=None)`` — meter
   ``kafka.consumer:type=ConsumerTopicMetrics,name=BytesPerSec,clientId=C[,topic=T]``
+- ``corrupt_batches_per_sec(topic=None)`` — meter (new: the original had no CRC meter)
+  ``kafka.consumer:type=ConsumerTopicMetrics,name=CorruptBatchesPerSec,clientId=C[,topic=T]``
 - ``zookeeper_commits_per_sec()`` — meter
   ``kafka.consumer:type=ZookeeperConsumerConnector,name=ZooKeeperCommitsPerSec,clientId=C``
 - ``kafka_commits_per_sec()`` — meter
@@ -70,6 +72,7 @@ from .instruments import (
 from .prometheus import PrometheusCollector, PrometheusInstruments
 from .specs import (
     _BYTES,
+    _CORRUPT_BATCHES,
     _FETCH_TIME,
     _KAFKA_COMMITS,
     _LAG,
@@ -236,6 +239,27 @@ class ConsumerMetrics:
             meter = self._new_meter(
                 _BYTES,
                 ("BytesPerSec", topic),
+                _tags(("clientId", self.client_id), ("topic", topic)),
+            )
+        return meter
+
+    def corrupt_batches_per_sec(self, topic: str | None = None) -> Meter:
+        """``ConsumerTopicMetrics,name=CorruptBatchesPerSec``: record batches failing their CRC.
+
+        New (``check.crcs``): mark the topic's and the all-topics meter once per fetched
+        record batch whose CRC does not match, whether ``crc.error.action`` raises or skips.
+
+        Args:
+            topic: the topic, or ``None`` for all topics.
+
+        Returns:
+            The meter (created on first use).
+        """
+        meter = self._meters.get(("CorruptBatchesPerSec", topic))
+        if meter is None:
+            meter = self._new_meter(
+                _CORRUPT_BATCHES,
+                ("CorruptBatchesPerSec", topic),
                 _tags(("clientId", self.client_id), ("topic", topic)),
             )
         return meter

@@ -47,6 +47,14 @@ _BYTES = MetricSpec(
     "",
     "Bytes of fetched record data enqueued for the streams.",
 )
+_CORRUPT_BATCHES = MetricSpec(
+    "kafka.consumer",
+    "ConsumerTopicMetrics",
+    "CorruptBatchesPerSec",
+    "meter",
+    "",
+    "Fetched record batches whose CRC did not match (never delivered; new, not the original's).",
+)
 _ZK_COMMITS = MetricSpec(
     "kafka.consumer",
     _ZCC,
@@ -141,6 +149,7 @@ SPECS: Final[dict[tuple[str, str, str], MetricSpec]] = {
     for spec in (
         _MESSAGES,
         _BYTES,
+        _CORRUPT_BATCHES,
         _ZK_COMMITS,
         _KAFKA_COMMITS,
         _REBALANCE,
@@ -154,7 +163,8 @@ SPECS: Final[dict[tuple[str, str, str], MetricSpec]] = {
         _MIN_FETCH_RATE,
     )
 }
-"""Every metric the original's consumer defined, by ``(group, type, name)``."""
+"""Every metric the original's consumer defined, by ``(group, type, name)``, and the one this
+consumer adds (``CorruptBatchesPerSec``, for ``check.crcs``)."""
 
 
 def spec_of(metric_name: MetricName) -> MetricSpec:

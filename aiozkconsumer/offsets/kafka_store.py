@@ -38,8 +38,12 @@ log = logging.getLogger(__name__)
 
 _DEFAULT_COMMIT_MAX_RETRIES = 5  # offsets.commit.max.retries' default
 # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS: a Kafka-coordinated member's
-# generation is over (the Java client's CommitFailedException); retrying cannot help.
-_GENERATION_OVER = frozenset({22, 25, 27})
+# generation is over (the Java client's CommitFailedException); retrying cannot help. With the
+# consumer protocol (KIP-848), FENCED_MEMBER_EPOCH and STALE_MEMBER_EPOCH: the member epoch sent
+# is not the member's (a STALE one is sent again if the epoch moved on meanwhile).
+_GENERATION_OVER = frozenset({22, 25, 27, 110, 113})
+_STALE_MEMBER_EPOCH = 113
+_STALE_RESENDS = 3
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,11 @@ class KafkaOffsetStore:
             default ``offsets.commit.max.retries``).
         group_generation: for a Kafka-coordinated group, returns ``(generation, member id)``
             to send with each OffsetCommit, so the coordinator refuses a commit of a
-            generation that is over; default: generation -1 and member id ``""``.
+            generation that is over; default: generation -1 and member id ``""``. With the
+            consumer protocol, ``(member epoch, member id)``.
+        channel: the offsets channel to use (the consumer protocol's sends OffsetCommit v9,
+            :class:`~aiozkconsumer.kafka.consumer_group.MemberEpochOffsetsChannel`); default
+            an :class:`~aiozkconsumer.kafka.channel.OffsetsChannel` on ``kafka_getter``.
 
     Raises:
         ValueError: a time is not positive.
@@ -105,6 +113,7 @@ class KafkaOffsetStore:
         socket_timeout_ms: int,
         fetch_timeout_ms: int | None = None,
         group_generation: Callable[[], tuple[int, str]] | None = None,
+        channel: OffsetsChannel | None = None,
     ) -> None:
         self._group_generation = group_generation
         if fetch_timeout_ms is None:
@@ -122,7 +131,11 @@ class KafkaOffsetStore:
         self.backoff_ms = backoff_ms
         self.socket_timeout_ms = socket_timeout_ms
         self.fetch_timeout_ms = fetch_timeout_ms
-        self._channel = OffsetsChannel(kafka_getter, group, socket_timeout_ms=socket_timeout_ms)
+        self._channel = (
+            channel
+            if channel is not None
+            else OffsetsChannel(kafka_getter, group, socket_timeout_ms=socket_timeout_ms)
+        )
         self._closed = False
         self._kafka_commits = 0
 
@@ -341,10 +354,14 @@ class KafkaOffsetStore:
         failed: dict[TopicPartition, str] = {}
         fenced: frozenset[TopicPartition] = frozenset()
         attempts = 0
-        while pending and attempts < 1 + retries:
-            if attempts:
+        stale_resends = 0
+        resend = False
+        while pending and (attempts < 1 + retries or resend):
+            if attempts and not resend:
                 await anyio.sleep(self.backoff_ms / 1000)
-            attempts += 1
+            if not resend:
+                attempts += 1
+            resend = False
             generation, member_id = (
                 self._group_generation() if self._group_generation is not None else (-1, "")
             )
@@ -364,6 +381,18 @@ class KafkaOffsetStore:
             else:
                 if self._group_generation is not None:
                     fenced = frozenset(tp for tp, code in codes.items() if code in _GENERATION_OVER)
+                    if (
+                        fenced
+                        and all(codes[tp] == _STALE_MEMBER_EPOCH for tp in fenced)
+                        and self._group_generation()[0] != generation
+                        and stale_resends < _STALE_RESENDS
+                    ):
+                        # The member epoch moved on while the commit was under way (a
+                        # heartbeat answered): send it again with the new one.
+                        stale_resends += 1
+                        resend = True
+                        fenced = frozenset()
+                        continue
                 if fenced:
                     failed = {}
                     break
