@@ -5,7 +5,9 @@ One stream per (topic, thread index) of a static subscription, fed by a bounded 
 ``ConsumerIterator.scala`` / ``KafkaStream.scala`` (0.10.2): the consumed offset advances when a
 record is handed out; records below the consumed offset in a chunk are skipped;
 ``consumer.timeout.ms`` raises ``ConsumerTimeoutError`` and leaves the iterator usable; the
-shutdown sentinel ends iteration.
+shutdown sentinel ends iteration. ``KafkaStream.arrow_batches`` hands the same records out as
+``pyarrow.RecordBatch``es, gathered column by column (``aiozkconsumer.columns``, imported only
+then: pyarrow is an optional extra).
 """
 
 from __future__ import annotations
@@ -15,11 +17,16 @@ import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from time import monotonic as _monotonic
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from .errors import ConsumerTimeoutError, MessageSizeTooLargeError
+from .errors import ConsumerTimeoutError, CorruptRecordError, MessageSizeTooLargeError
 from .interceptors import Interceptors
 from .records import FetchedDataChunk, MessageAndMetadata, PartitionTopicInfo
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .columns import ColumnBuilder
 
 __all__ = [
     "SHUTDOWN_COMMAND",
@@ -66,6 +73,12 @@ class ConsumerIterator:
         MessageSizeTooLargeError: a record batch at the fetch offset is larger than
             ``fetch.message.max.bytes``. The partition does not advance; raise the fetch size.
             The iterator stays usable for the stream's other partitions.
+        CorruptRecordError: a fetched record batch's CRC does not match (``check.crcs``,
+            ``crc.error.action=raise``; the original's ``ensureValid()`` in
+            ``ConsumerIterator.makeNext``). Nothing of the batch is handed out, the consumed
+            offset stays before it and the partition is not fetched further until the next
+            rebalance. The iterator stays usable for the stream's other partitions (the
+            original's iterator failed for good).
         StopAsyncIteration: the connector shut down (the shutdown sentinel arrived).
 
     While the ZooKeeper session is suspended (connection lost, session maybe expiring), records
@@ -80,11 +93,13 @@ class ConsumerIterator:
         "_deferred",
         "_done",
         "_key_decoder",
+        "_overlap",
         "_pending",
         "_pti",
         "_queue",
         "_recs",
         "_timeout_s",
+        "_timestamp_type",
         "_value_decoder",
     )
 
@@ -102,6 +117,8 @@ class ConsumerIterator:
         self._pti: PartitionTopicInfo | None = None
         self._batches: Iterator[Any] | None = None
         self._recs: Iterator[Any] | None = None
+        self._timestamp_type: int | None = None  # of the current batch; None: per record
+        self._overlap = False  # the current batch starts below the consumed offset
         self._pending: Any = None  # a record held back while the gate is closed
         self._count = 0  # records handed out of the current chunk, not yet in the meters
         self._done = False
@@ -138,6 +155,8 @@ class ConsumerIterator:
                 f"(fetch.message.max.bytes={pti.fetch_size}), or decrease the maximum "
                 "message size the broker will allow."
             )
+        if chunk.error is not None:
+            raise chunk.error  # e.g. CorruptRecordError: the partition stops before the batch
         if pti.consumed_offset < chunk.fetch_offset:
             # After an offset reset the chunk starts past what was consumed.
             pti.consumed_offset = chunk.fetch_offset
@@ -161,6 +180,9 @@ class ConsumerIterator:
             # Cython batches assert it): wrap its __next__ in a C iterator that for-loops can
             # resume as often as needed.
             self._recs = iter(iter(batch).__next__, None)
+            # Magic 2: one type for the batch; a legacy message set has it per record.
+            self._timestamp_type = getattr(batch, "timestamp_type", None)
+            self._overlap = getattr(batch, "base_offset", -1) < pti.consumed_offset
             return True
         self.clear_current_chunk()
         return False
@@ -263,6 +285,61 @@ class ConsumerIterator:
             self._count += taken
         return None
 
+    def _poll_columns(self, columns: ColumnBuilder, limit: int) -> PartitionTopicInfo | None:
+        """As ``_poll``, the records added to ``columns`` (up to ``len(columns) == limit``).
+
+        The gate is checked before each run of records taken from a record batch rather than
+        before each record: the records taken in one call are handed out together, so the
+        difference is the time one call takes, without awaiting.
+
+        Returns:
+            As ``_poll``.
+        """
+        islice = itertools.islice
+        n = len(columns)
+        while n < limit:
+            pti = self._pti
+            recs = self._recs
+            if pti is None or recs is None:
+                if pti is not None and self._next_batch_records():
+                    continue
+                if self._done or self._queue.empty():
+                    return None
+                self._take_chunk(self._queue.get_nowait())
+                continue
+            if not pti.active:
+                self.clear_current_chunk()  # partition released mid-chunk: drop the rest
+                continue
+            gate = pti.gate
+            if not gate.open or _monotonic() >= gate.deadline:
+                return pti
+            pending = self._pending
+            if pending is not None:
+                self._pending = None
+                recs = itertools.chain((pending,), recs)
+            room = limit - n
+            timestamp_type = self._timestamp_type
+            if timestamp_type is None:
+                added, taken = columns.add_legacy_records(
+                    islice(recs, room), pti.topic, pti.partition, pti.consumed_offset
+                )
+            else:
+                added, taken = columns.add_records(
+                    islice(recs, room),
+                    pti.topic,
+                    pti.partition,
+                    timestamp_type,
+                    # Only a batch that starts before the position needs per-record checks.
+                    pti.consumed_offset if self._overlap else 0,
+                )
+            if added:
+                pti.consumed_offset = columns.last_offset + 1
+                self._count += added
+                n += added
+            if taken < room:
+                self._recs = None  # the batch is used up
+        return None
+
     async def __anext__(self) -> MessageAndMetadata:
         if self._deferred is not None:
             error, self._deferred = self._deferred, None
@@ -287,16 +364,56 @@ class ConsumerIterator:
 
         Raises:
             StopAsyncIteration: the stream ended (shutdown) and nothing is left.
-            ConsumerTimeoutError, MessageSizeTooLargeError: as ``__anext__`` (a record
-                already taken into the batch is returned first; the error comes next call).
+            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError: as
+                ``__anext__`` (a record already taken into the batch is returned first; the
+                error comes next call).
         """
         batch = [await self.__anext__()]
         try:
             self._poll(batch, max_records)
-        except MessageSizeTooLargeError as e:
+        except (MessageSizeTooLargeError, CorruptRecordError) as e:
             self._deferred = e  # the records in hand go out first; the error on the next call
         self._flush_meters()
         return batch
+
+    async def next_columns(self, columns: ColumnBuilder, max_records: int = 10_000) -> None:
+        """As ``next_batch``, the records added to ``columns`` instead of returned.
+
+        Waits for at least one record, then adds up to ``max_records`` that are ready; their
+        offsets count as consumed when this returns. Keys and values are the records' bytes
+        (decoders are not applied).
+
+        Args:
+            columns: an empty builder (``aiozkconsumer.columns.ColumnBuilder``).
+            max_records: the most records to add, >= 1.
+
+        Raises:
+            StopAsyncIteration: the stream ended (shutdown) and nothing is left.
+            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError: as
+                ``next_batch`` (the records already added go out first; the error comes next
+                call).
+        """
+        if self._deferred is not None:
+            error, self._deferred = self._deferred, None
+            raise error
+        start = len(columns)
+        while True:
+            try:
+                held = self._poll_columns(columns, start + max_records)
+            except (MessageSizeTooLargeError, CorruptRecordError) as e:
+                if len(columns) == start:
+                    raise
+                self._deferred = e  # the records in hand go out first
+                break
+            if len(columns) > start:
+                break
+            if held is not None:
+                await self._wait(held.gate.wait_open())
+                continue
+            if self._done:
+                raise StopAsyncIteration
+            self._take_chunk(await self._wait(self._queue.get()))
+        self._flush_meters()
 
     def _flush_meters(self) -> None:
         pti = self._pti
@@ -460,7 +577,8 @@ class KafkaStream:
 
         Raises:
             ValueError: ``max_records`` < 1.
-            ConsumerTimeoutError, MessageSizeTooLargeError: as iterating record by record.
+            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError: as iterating
+                record by record.
         """
         if max_records < 1:
             raise ValueError(f"max_records must be >= 1, not {max_records}")
@@ -471,6 +589,70 @@ class KafkaStream:
             except StopAsyncIteration:
                 return
             yield batch
+
+    def arrow_batches(
+        self, max_records: int = 10_000, *, include_headers: bool = False
+    ) -> AsyncIterator[pa.RecordBatch]:
+        """Iterate in Arrow record batches: ``async for rb in stream.arrow_batches()``.
+
+        The records of ``batches()``, as ``pyarrow.RecordBatch``es in the row schema of
+        Spark's Kafka source (:func:`aiozkconsumer.columns.kafka_arrow_schema`): ``key``,
+        ``value`` (binary, NULL for a null key or a tombstone), ``topic``, ``partition``,
+        ``offset``, ``timestamp`` (UTC, microseconds; epoch - 1 ms when the record has none),
+        ``timestampType`` (``0`` CreateTime, ``1`` LogAppendTime, ``-1`` none) and, with
+        ``include_headers``, ``headers`` (a list of ``{key, value}``, NULL without headers).
+        The columns are built straight from the fetched record batches, with no
+        ``MessageAndMetadata`` per record.
+
+        Semantics are those of ``batches()``: a batch holds 1 to ``max_records`` records, in
+        offset order per partition (a batch may mix the stream's partitions), and is handed
+        out as soon as one record is ready; its records' offsets count as consumed when it is
+        handed out (so auto-commit and ``commit_offsets()`` cover them from then on); a
+        rebalance drops records of released partitions not yet handed out; the iteration
+        ends when the stream ends (shutdown). With interceptors, each batch's records pass
+        through their ``on_consume`` once, as ``MessageAndMetadata``, and the records it
+        returns are put into columns (keys and values must stay bytes).
+
+        Args:
+            max_records: the largest batch, >= 1.
+            include_headers: add the ``headers`` column.
+
+        Returns:
+            An async iterator of ``pyarrow.RecordBatch``.
+
+        Raises:
+            ImportError: pyarrow (or numpy) is not installed; it names the extra to install,
+                ``aiozkconsumer[arrow]``.
+            ValueError: ``max_records`` < 1, or the stream was created with a key or value
+                decoder (the columns hold the records' bytes).
+            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError: while
+                iterating, as ``batches()``.
+        """
+        if max_records < 1:
+            raise ValueError(f"max_records must be >= 1, not {max_records}")
+        it = self._iterator
+        if it._key_decoder is not None or it._value_decoder is not None:
+            raise ValueError(
+                "arrow_batches hands out the records' bytes: create the streams without "
+                "key_decoder/value_decoder to use it"
+            )
+        from .columns import ColumnBuilder  # needs the optional pyarrow
+
+        return self._arrow_batches(ColumnBuilder(include_headers=include_headers), max_records)
+
+    async def _arrow_batches(
+        self, columns: ColumnBuilder, max_records: int
+    ) -> AsyncIterator[pa.RecordBatch]:
+        reader = self._reader
+        while True:
+            try:
+                if isinstance(reader, InterceptingIterator):
+                    columns.add_messages(await reader.next_batch(max_records))
+                else:
+                    await reader.next_columns(columns, max_records)
+            except StopAsyncIteration:
+                return
+            yield columns.take_batch()
 
     def __repr__(self) -> str:
         return f"<KafkaStream {self.name} queued={self.queue.qsize()}/{self.queue.maxsize}>"

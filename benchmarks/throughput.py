@@ -13,6 +13,8 @@ Contenders (``--contenders``):
 - ``azk-iter-1``: aiozkconsumer, ``async for msg in stream``, 1 stream.
 - ``azk-iter-4``: aiozkconsumer, 4 streams, one task each.
 - ``azk-batch``: aiozkconsumer, ``stream.batches(max_records=--batch)``, 1 stream.
+- ``azk-arrow``: aiozkconsumer, ``stream.arrow_batches(max_records=--batch)``, 1 stream
+  (``pyarrow.RecordBatch``es; key and value bytes summed with ``pyarrow.compute``).
 - ``azk-kafka-async-for`` / ``azk-kafka-batches``: the readers of ``azk-iter-1`` /
   ``azk-batch`` with a Kafka-coordinated connector (``group.coordinator=kafka``: JoinGroup /
   SyncGroup through the broker's group coordinator, session 10 s, heartbeat 1 s; no
@@ -84,6 +86,7 @@ ALL_CONTENDERS = (
     "azk-iter-1",
     "azk-iter-4",
     "azk-batch",
+    "azk-arrow",
     "azk-kafka-async-for",
     "azk-kafka-batches",
     "aiokafka-iter",
@@ -194,9 +197,26 @@ async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
                     break
             tg.cancel_scope.cancel()
 
+        async def arrow_batches(stream: Any) -> None:
+            import pyarrow.compute as pc
+
+            def nbytes(column: Any) -> int:
+                return int(pc.sum(pc.binary_length(column)).as_py() or 0)
+
+            async for rb in stream.arrow_batches(max_records=args.batch):
+                if c.first is None:
+                    c.first = time.perf_counter() - t0
+                    c.first_n = rb.num_rows
+                c.records += rb.num_rows
+                c.bytes += nbytes(rb.column("key")) + nbytes(rb.column("value"))
+                if c.records >= c.total:
+                    break
+            tg.cancel_scope.cancel()
+
+        reader = arrow_batches if mode == "azk-arrow" else batches if batch_mode else iterate
         async with anyio.create_task_group() as tg:
             for stream in streams:
-                tg.start_soon(batches if batch_mode else iterate, stream)
+                tg.start_soon(reader, stream)
 
 
 async def _aiokafka(args: argparse.Namespace, c: Counter, t0: float) -> None:
