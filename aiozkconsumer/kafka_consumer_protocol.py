@@ -82,8 +82,8 @@ def _by_topic(tps: Mapping[TopicPartition, Any] | frozenset[TopicPartition]) -> 
 class ConsumerProtocolCoordinator:
     """One member's part in a ``consumer``-protocol group (KIP-848).
 
-    Args: as :class:`~aiozkconsumer.kafka_coordinator.KafkaCoordinator`, with ``group`` a
-        :class:`~aiozkconsumer.kafka.consumer_group.ConsumerGroupClient`.
+    The arguments are those of :class:`~aiozkconsumer.kafka_coordinator.KafkaCoordinator`,
+    with ``group`` a :class:`~aiozkconsumer.kafka.consumer_group.ConsumerGroupClient`.
 
     Attributes:
         listener: the rebalance listener, or ``None``.
