@@ -16,7 +16,15 @@ Push mode — an async service hands its connector's records to ``fn(df, batch_i
 
     await zkspark.foreach_batch(connector, spark, fn, max_records=10000, max_interval_ms=1000)
 
-Both give DataFrames with the schema of Spark's Kafka source (:data:`KAFKA_SCHEMA`). Needs the
+Batch reads — a fixed range of every partition, then the group's offsets moved to its end::
+
+    df = (spark.read.format("zkkafka").option("zookeeper.connect", "127.0.0.1:2181")
+          .option("group.id", "billing").option("subscribe", "payments")
+          .option("commitOnSuccess", "true").load())
+    df.write.parquet(path)
+    zkspark.commit_batch(df)
+
+All give DataFrames with the schema of Spark's Kafka source (:data:`KAFKA_SCHEMA`). Needs the
 ``spark`` extra: ``pip install 'aiozkconsumer[spark]'`` (PySpark >= 4.2, pyarrow, pandas < 3).
 See ``docs/spark.md``.
 """
@@ -53,7 +61,13 @@ from .schema import (
     kafka_schema,
     records_to_arrow,
 )
-from .source import ZkKafkaDataSource, ZkKafkaStreamReader, register
+from .source import (
+    ZkKafkaBatchReader,
+    ZkKafkaDataSource,
+    ZkKafkaStreamReader,
+    commit_batch,
+    register,
+)
 
 __all__ = [
     "KAFKA_SCHEMA",
@@ -69,12 +83,14 @@ __all__ = [
     "RecordColumns",
     "SourceOptions",
     "StartingOffsets",
+    "ZkKafkaBatchReader",
     "ZkKafkaDataSource",
     "ZkKafkaInputPartition",
     "ZkKafkaStreamReader",
     "ZookeeperBatchLog",
     "arrow_schema",
     "batch_log_path",
+    "commit_batch",
     "foreach_batch",
     "kafka_schema",
     "open_batch_log",

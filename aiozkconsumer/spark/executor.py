@@ -26,16 +26,19 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from ..errors import BrokerNotAvailableError, ConsumerError, OffsetOutOfRangeError
+from ..config import ConsumerConfig
+from ..errors import BrokerNotAvailableError, OffsetOutOfRangeError
 from ..records import TopicPartition
 from ..simple_consumer import SimpleConsumer
 from .columns import RecordColumns
+from .planning import DataLossError
 
 __all__ = [
     "ARROW_BATCH_BYTES",
     "ARROW_BATCH_ROWS",
     "DataLossError",
     "ExecutorConsumers",
+    "ZkKafkaBatchPartition",
     "ZkKafkaInputPartition",
     "read_offset_range",
 ]
@@ -50,14 +53,6 @@ ARROW_BATCH_BYTES = 32 * 1024 * 1024
 that reaches it)."""
 
 _EMPTY_FETCH_RETRIES = 10
-
-
-class DataLossError(ConsumerError):
-    """Offsets a batch should read are gone (deleted by retention, or the log was truncated).
-
-    Raised with ``failOnDataLoss=true`` (the default), as the Kafka source fails the query;
-    with ``failOnDataLoss=false`` the records are skipped with a warning instead.
-    """
 
 
 @dataclass(frozen=True)
@@ -93,6 +88,22 @@ class ZkKafkaInputPartition(InputPartition):
     socket_timeout_ms: int = 30000
     fetch_wait_max_ms: int = 100
     retry_backoff_ms: int = 200
+
+
+@dataclass(frozen=True)
+class ZkKafkaBatchPartition(ZkKafkaInputPartition):
+    """One task of a batch read (``spark.read.format("zkkafka")``).
+
+    Read like :class:`ZkKafkaInputPartition`; it also says where the range's end may be
+    committed, for :func:`~aiozkconsumer.spark.source.commit_batch`.
+
+    Attributes:
+        config: the group's consumer configuration.
+        commit_on_success: whether the read was made with ``commitOnSuccess=true``.
+    """
+
+    config: ConsumerConfig | None = None
+    commit_on_success: bool = False
 
 
 CONSUMER_IDLE_TIMEOUT_S = 300.0
@@ -279,6 +290,10 @@ def read_offset_range(part: ZkKafkaInputPartition) -> Iterator[pa.RecordBatch]:
         BrokerNotAvailableError: the leader could not be reached after retries.
         ConsumerError: another fetch failure (see ``SimpleConsumer.fetch``).
     """
+    if part.start >= part.end:
+        # A batch read plans every partition, also those with nothing to read (as the Kafka
+        # source's KafkaSourceRDD), so that its end offsets are known: no connection for them.
+        return
     pool = ExecutorConsumers.for_this_thread()
     loop = pool.loop
     consumer = pool.checkout(part)

@@ -19,6 +19,7 @@ cannot be topic names (``@`` is not a legal topic character), keep replays deter
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -26,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConsumerConfig
-from ..errors import InvalidConfigError
+from ..config import ConsumerConfig, nearest_key
+from ..errors import ConsumerError, InvalidConfigError
 from ..records import TopicPartition
 
 __all__ = [
@@ -36,14 +37,20 @@ __all__ = [
     "LATEST",
     "SOURCE_NAME",
     "START_KEY",
+    "BatchRead",
+    "DataLossError",
     "OffsetRange",
     "SourceOptions",
     "StartingOffsets",
+    "batch_read_options",
+    "check_stream_options",
     "decode_offsets",
     "encode_offsets",
     "initial_offset",
+    "parse_offsets_option",
     "parse_source_options",
     "parse_starting_offsets",
+    "plan_batch",
     "plan_ranges",
     "plan_starts",
     "rate_limit",
@@ -66,28 +73,38 @@ LATEST = -1
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
-_SOURCE_KEYS = {
-    "subscribe",
-    "subscribepattern",
-    "startingoffsets",
-    "maxoffsetspertrigger",
-    "minpartitions",
-    "failondataloss",
-    "includeheaders",
+# The source's own options, lowered -> as documented (for messages and typo hints).
+_SOURCE_OPTIONS = {
+    "subscribe": "subscribe",
+    "subscribepattern": "subscribePattern",
+    "startingoffsets": "startingOffsets",
+    "endingoffsets": "endingOffsets",
+    "maxoffsetspertrigger": "maxOffsetsPerTrigger",
+    "minpartitions": "minPartitions",
+    "failondataloss": "failOnDataLoss",
+    "includeheaders": "includeHeaders",
+    "commitonsuccess": "commitOnSuccess",
 }
+_SOURCE_KEYS = set(_SOURCE_OPTIONS)
+# Options of Spark's Kafka source that do not apply here, and what to use instead.
 _UNSUPPORTED_KEYS = {
-    "assign": "partitions are assigned by the group: use subscribe or subscribePattern",
+    "assign": "not supported: the group assigns the partitions; use subscribe or subscribePattern",
     "startingtimestamp": "not supported: use startingOffsets",
     "startingoffsetsbytimestamp": "not supported: use startingOffsets",
     "startingoffsetsbytimestampstrategy": "not supported: use startingOffsets",
-    "endingoffsets": "batch queries are not supported",
-    "endingtimestamp": "batch queries are not supported",
-    "endingoffsetsbytimestamp": "batch queries are not supported",
-    "minoffsetspertrigger": "not supported",
+    "endingtimestamp": "not supported: use endingOffsets",
+    "endingoffsetsbytimestamp": "not supported: use endingOffsets",
+    "minoffsetspertrigger": "not supported: use maxOffsetsPerTrigger",
     "maxtriggerdelay": "not supported",
-    "kafka.group.id": "use group.id: the source is a member of that consumer group",
-    "groupidprefix": "use group.id: the source is a member of that consumer group",
+    "maxrecordsperpartition": "not supported: use minPartitions",
+    "kafka.group.id": "not the Kafka source: use group.id (the source reads as a member of it)",
+    "groupidprefix": "not the Kafka source: use group.id (the source reads as a member of it)",
+    "kafkaconsumer.polltimeoutms": "not supported: use socket.timeout.ms",
+    "fetchoffset.numretries": "not supported",
+    "fetchoffset.retryintervalms": "not supported: use refresh.leader.backoff.ms",
 }
+# Kafka source / Java client spellings that would be set without effect here.
+_NEW_CONSUMER_RESETS = {"earliest": "smallest", "latest": "largest"}
 _CONFIG_KEYS = frozenset(ConsumerConfig.__dataclass_fields__)
 # Other names of consumer properties: the Kafka source's prefixed one and the Java client's.
 _PROPERTY_ALIASES = {
@@ -96,9 +113,17 @@ _PROPERTY_ALIASES = {
 }
 
 
+class DataLossError(ConsumerError):
+    """Offsets a batch should read are gone (deleted by retention, or the log was truncated).
+
+    Raised with ``failOnDataLoss=true`` (the default), as the Kafka source fails the query;
+    with ``failOnDataLoss=false`` the records are skipped with a warning instead.
+    """
+
+
 @dataclass(frozen=True)
 class StartingOffsets:
-    """Where to start partitions the group has no committed offset for (``startingOffsets``).
+    """Offsets per partition as ``startingOffsets`` / ``endingOffsets`` give them.
 
     Attributes:
         default: ``EARLIEST`` or ``LATEST``, for partitions not listed in ``specific``.
@@ -110,19 +135,21 @@ class StartingOffsets:
     specific: Mapping[TopicPartition, int] = field(default_factory=dict)
 
     def for_partition(self, tp: TopicPartition) -> int:
-        """The starting offset of ``tp``: a concrete offset, ``EARLIEST`` or ``LATEST``."""
+        """The offset of ``tp``: a concrete offset, ``EARLIEST`` or ``LATEST``."""
         return self.specific.get(tp, self.default)
 
 
-def parse_starting_offsets(text: str) -> StartingOffsets:
-    """Read a ``startingOffsets`` option, as the Kafka source does.
+def parse_offsets_option(name: str, text: str, default: int) -> StartingOffsets:
+    """Read a ``startingOffsets`` or ``endingOffsets`` option, as the Kafka source does.
 
     Args:
+        name: the option's name, for messages.
         text: ``"earliest"``, ``"latest"`` or JSON ``{"topicA": {"0": 23, "1": -1}}`` where
-            -2 means earliest and -1 latest. Partitions the JSON leaves out start at latest.
+            -2 means earliest and -1 latest.
+        default: what partitions the JSON leaves out get (``EARLIEST`` or ``LATEST``).
 
     Returns:
-        The parsed starting offsets.
+        The parsed offsets.
 
     Raises:
         InvalidConfigError: the text is none of those forms, or the JSON has a partition
@@ -139,23 +166,40 @@ def parse_starting_offsets(text: str) -> StartingOffsets:
         parsed = None
     if not isinstance(parsed, dict):
         raise InvalidConfigError(
-            "startingOffsets",
-            f"expected earliest, latest or JSON {{topic: {{partition: offset}}}}, got {text!r}",
+            name,
+            f'expected earliest, latest or JSON {{"topic": {{"partition": offset}}}}, got {text!r}',
         )
     specific: dict[TopicPartition, int] = {}
     for topic, parts in parsed.items():
         if not isinstance(parts, dict):
-            raise InvalidConfigError("startingOffsets", f"{topic!r} must map to an object")
+            raise InvalidConfigError(name, f"{topic!r} must map to an object")
         for partition, offset in parts.items():
             if not str(partition).isdigit() or isinstance(offset, bool):
-                raise InvalidConfigError("startingOffsets", f"bad partition {partition!r}")
+                raise InvalidConfigError(name, f"bad partition {partition!r}")
             if not isinstance(offset, int) or offset < EARLIEST:
                 raise InvalidConfigError(
-                    "startingOffsets",
+                    name,
                     f"offset of [{topic},{partition}] must be an integer >= -2, got {offset!r}",
                 )
             specific[TopicPartition(topic, int(partition))] = offset
-    return StartingOffsets(LATEST, specific)
+    return StartingOffsets(default, specific)
+
+
+def parse_starting_offsets(text: str) -> StartingOffsets:
+    """Read a streaming query's ``startingOffsets`` option, as the Kafka source does.
+
+    Args:
+        text: ``"earliest"``, ``"latest"`` or JSON ``{"topicA": {"0": 23, "1": -1}}`` where
+            -2 means earliest and -1 latest. Partitions the JSON leaves out start at latest.
+
+    Returns:
+        The parsed starting offsets.
+
+    Raises:
+        InvalidConfigError: the text is none of those forms, or the JSON has a partition
+            that is not an integer or an offset below -2.
+    """
+    return parse_offsets_option("startingOffsets", text, LATEST)
 
 
 @dataclass(frozen=True)
@@ -176,6 +220,12 @@ class SourceOptions:
         fail_on_data_loss: ``failOnDataLoss`` (default true): fail the query when offsets to
             read were deleted or are out of range; otherwise skip them with a warning.
         include_headers: ``includeHeaders`` (default false): add the ``headers`` column.
+        starting_offsets_option: the ``startingOffsets`` text as given, ``None`` when unset
+            (a batch read then starts at the group's committed offsets).
+        ending_offsets_option: the ``endingOffsets`` text (batch reads only), or ``None``.
+        commit_on_success: ``commitOnSuccess`` (batch reads only, default false): the read's
+            end offsets may be committed to the group by ``commit_batch``.
+        auto_offset_reset_set: whether ``auto.offset.reset`` was given.
     """
 
     config: ConsumerConfig
@@ -186,6 +236,10 @@ class SourceOptions:
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
+    starting_offsets_option: str | None = None
+    ending_offsets_option: str | None = None
+    commit_on_success: bool = False
+    auto_offset_reset_set: bool = False
 
 
 def _bool_option(name: str, value: str) -> bool:
@@ -202,21 +256,53 @@ def _positive_int_option(name: str, value: str) -> int:
     return int(text)
 
 
+def _unknown_option(key: str) -> InvalidConfigError:
+    """The one-line error of an option the source does not know, with the nearest known one."""
+    if key.startswith("kafka."):
+        bare = key.removeprefix("kafka.")
+        if bare.replace(".", "_") in _CONFIG_KEYS:
+            return InvalidConfigError(
+                key, f"the Kafka source's prefix is not used here: set {bare} instead"
+            )
+        return InvalidConfigError(
+            key,
+            "the Kafka source's kafka.* consumer settings are not passed through; "
+            "consumer properties of this library are set without a prefix (see docs/spark.md)",
+        )
+    near = difflib.get_close_matches(key, list(_SOURCE_KEYS), n=1, cutoff=0.75)
+    if near:
+        return InvalidConfigError(key, f"unknown option; did you mean {_SOURCE_OPTIONS[near[0]]}?")
+    near_property = nearest_key(key)
+    if near_property is not None:
+        return InvalidConfigError(key, f"unknown option; did you mean {near_property}?")
+    return InvalidConfigError(
+        key,
+        "unknown option (source options: "
+        + ", ".join(sorted(_SOURCE_OPTIONS.values()))
+        + "; anything else must be a consumer property such as group.id or zookeeper.connect)",
+    )
+
+
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
-    """Check the options of ``spark.readStream.format("zkkafka")``.
+    """Check the options of ``spark.readStream.format("zkkafka")`` / ``spark.read``.
 
     Source options follow Spark's Kafka source (case-insensitive): exactly one of
     ``subscribe`` (comma-separated topics) and ``subscribePattern`` (a regex, subscribed as
-    the old consumer's ``Whitelist``); ``startingOffsets``; ``maxOffsetsPerTrigger``;
-    ``minPartitions``; ``failOnDataLoss``; ``includeHeaders``. Every option with a dot is a
-    consumer property, as ``ConsumerConfig.from_properties`` reads it: ``group.id`` is
-    required; a ZooKeeper-coordinated group (``group.coordinator=zookeeper``, the default)
-    needs ``zookeeper.connect``, a Kafka-coordinated one (``group.coordinator=kafka``) needs
-    ``bootstrap.servers`` and no ZooKeeper; ``offsets.storage``,
-    ``zookeeper.session.timeout.ms``, ``session.timeout.ms``, ``fetch.message.max.bytes``, ...
-    pass through. ``kafka.bootstrap.servers`` is read as ``bootstrap.servers`` and
-    ``enable.auto.commit`` as ``auto.commit.enable``. Without ``startingOffsets``,
-    ``auto.offset.reset`` is honoured (``smallest``/``earliest`` = earliest).
+    the old consumer's ``Whitelist``); ``startingOffsets``; ``endingOffsets`` and
+    ``commitOnSuccess`` (batch reads, checked by :func:`batch_read_options`);
+    ``maxOffsetsPerTrigger``; ``minPartitions``; ``failOnDataLoss``; ``includeHeaders``. Every
+    option with a dot is a consumer property, as ``ConsumerConfig.from_properties`` reads it:
+    ``group.id`` is required; a ZooKeeper-coordinated group (``group.coordinator=zookeeper``,
+    the default) needs ``zookeeper.connect``, a Kafka-coordinated one
+    (``group.coordinator=kafka``) needs ``bootstrap.servers`` and no ZooKeeper;
+    ``offsets.storage``, ``zookeeper.session.timeout.ms``, ``session.timeout.ms``,
+    ``fetch.message.max.bytes``, ... pass through. ``kafka.bootstrap.servers`` is read as
+    ``bootstrap.servers`` and ``enable.auto.commit`` as ``auto.commit.enable``. Without
+    ``startingOffsets``, ``auto.offset.reset`` is honoured (``smallest`` = earliest).
+
+    Every error is an :class:`InvalidConfigError` whose message is one line naming the
+    option and the fix: the nearest known option for a typo, what to use instead of a Kafka
+    source option that does not apply, ``smallest`` for the new consumer's ``earliest``.
 
     Args:
         options: the source options (keys in any letter case).
@@ -233,7 +319,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """
     lowered = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
     properties: dict[str, str] = {}
-    for key, value in lowered.items():
+    for key, value in sorted(lowered.items()):
         if key in _UNSUPPORTED_KEYS:
             raise InvalidConfigError(key, _UNSUPPORTED_KEYS[key])
         if key in _SOURCE_KEYS:
@@ -242,12 +328,12 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         if "." in name and name.replace(".", "_") in _CONFIG_KEYS and "_" not in name:
             properties[name] = value
             continue
+        raise _unknown_option(key)
+    if "group.id" not in properties:
         raise InvalidConfigError(
-            key,
-            "unknown option of the zkkafka source (source options: subscribe, "
-            "subscribePattern, startingOffsets, maxOffsetsPerTrigger, minPartitions, "
-            "failOnDataLoss, includeHeaders; anything else must be a consumer property "
-            "such as group.id, zookeeper.connect or bootstrap.servers)",
+            "group.id",
+            "missing: the zkkafka source reads as a member of a consumer group; "
+            'add .option("group.id", "<group>")',
         )
     if _bool_option("auto.commit.enable", properties.get("auto.commit.enable", "false")):
         raise InvalidConfigError(
@@ -255,6 +341,16 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
             "must be false: the source commits offsets after Spark committed each batch",
         )
     properties["auto.commit.enable"] = "false"
+    coordinator = properties.get("group.coordinator", "zookeeper").strip().lower()
+    reset_text = properties.get("auto.offset.reset")
+    if coordinator != "kafka" and reset_text is not None:
+        old_name = _NEW_CONSUMER_RESETS.get(reset_text.strip().lower())
+        if old_name is not None:
+            raise InvalidConfigError(
+                "auto.offset.reset",
+                f"{reset_text.strip()!r} is the new consumer's name; this consumer's is "
+                f"{old_name!r} (or set startingOffsets={reset_text.strip().lower()})",
+            )
     if "zookeeper.connect" not in properties and "group.coordinator" not in properties:
         raise InvalidConfigError(
             "zookeeper.connect",
@@ -262,12 +358,15 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
             "Kafka-coordinated group set group.coordinator=kafka and bootstrap.servers",
         )
     config = ConsumerConfig.from_properties(properties)
-    reset = properties.get("auto.offset.reset")
 
     subscribe = lowered.get("subscribe")
     pattern = lowered.get("subscribepattern")
     if (subscribe is None) == (pattern is None):
-        raise InvalidConfigError("subscribe", "give exactly one of subscribe and subscribePattern")
+        raise InvalidConfigError(
+            "subscribe",
+            "give exactly one of subscribe (topics) and subscribePattern (a regex)"
+            + ("" if subscribe is None else ", not both"),
+        )
     topics: tuple[str, ...] | None = None
     if subscribe is not None:
         topics = tuple(sorted({t.strip() for t in subscribe.split(",") if t.strip()}))
@@ -279,12 +378,16 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     elif pattern is not None and not pattern.strip():
         raise InvalidConfigError("subscribePattern", "must not be empty")
 
-    if "startingoffsets" in lowered:
-        starting = parse_starting_offsets(lowered["startingoffsets"])
-    elif reset is not None:
+    starting_text = lowered.get("startingoffsets")
+    if starting_text is not None:
+        starting = parse_starting_offsets(starting_text)
+    elif reset_text is not None:
         starting = StartingOffsets(EARLIEST if config.auto_offset_reset == "smallest" else LATEST)
     else:
         starting = StartingOffsets(LATEST)
+    ending_text = lowered.get("endingoffsets")
+    if ending_text is not None:
+        parse_offsets_option("endingOffsets", ending_text, LATEST)  # syntax, checked early
 
     max_offsets = lowered.get("maxoffsetspertrigger")
     min_parts = lowered.get("minpartitions")
@@ -303,7 +406,159 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         ),
         fail_on_data_loss=_bool_option("failOnDataLoss", lowered.get("failondataloss", "true")),
         include_headers=_bool_option("includeHeaders", lowered.get("includeheaders", "false")),
+        starting_offsets_option=starting_text,
+        ending_offsets_option=ending_text,
+        commit_on_success=_bool_option("commitOnSuccess", lowered.get("commitonsuccess", "false")),
+        auto_offset_reset_set=reset_text is not None,
     )
+
+
+def check_stream_options(options: SourceOptions) -> None:
+    """Refuse the batch-only options in a streaming query (as the Kafka source does).
+
+    Raises:
+        InvalidConfigError: ``endingOffsets`` or ``commitOnSuccess`` is set.
+    """
+    if options.ending_offsets_option is not None:
+        raise InvalidConfigError(
+            "endingOffsets", "only for batch reads (spark.read); a streaming query never ends"
+        )
+    if options.commit_on_success:
+        raise InvalidConfigError(
+            "commitOnSuccess",
+            "only for batch reads (spark.read); a streaming query commits after each batch",
+        )
+
+
+# -- batch reads ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchRead:
+    """The checked options of a batch read (``spark.read.format("zkkafka")``).
+
+    Attributes:
+        starting: ``startingOffsets`` (partitions the JSON leaves out start at earliest), or
+            ``None`` to start at the group's committed offsets.
+        missing: where a partition starts that the group has no committed offset for
+            (``starting`` unset): ``auto.offset.reset`` when given, else ``EARLIEST`` (the
+            Kafka source's batch default).
+        ending: ``endingOffsets`` (default latest; partitions the JSON leaves out end at
+            latest).
+        commit_on_success: ``commitOnSuccess``.
+    """
+
+    starting: StartingOffsets | None
+    missing: int
+    ending: StartingOffsets
+    commit_on_success: bool = False
+
+
+def batch_read_options(options: SourceOptions) -> BatchRead:
+    """Check the options of a batch read, as the Kafka source's ``validateBatchOptions``.
+
+    Args:
+        options: the source options.
+
+    Returns:
+        The batch read's start and end rules.
+
+    Raises:
+        InvalidConfigError: ``startingOffsets`` is ``latest`` or names -1 (latest) for a
+            partition, or ``endingOffsets`` is ``earliest`` or names -2 (earliest).
+    """
+    starting: StartingOffsets | None = None
+    if options.starting_offsets_option is not None:
+        starting = parse_offsets_option(
+            "startingOffsets", options.starting_offsets_option, EARLIEST
+        )
+        if starting.default == LATEST or LATEST in starting.specific.values():
+            raise InvalidConfigError(
+                "startingOffsets",
+                "latest (-1) is not allowed in a batch read (as in Spark's Kafka source): use "
+                "earliest, offsets, or leave it unset to start at the group's committed offsets",
+            )
+    ending = StartingOffsets(LATEST)
+    if options.ending_offsets_option is not None:
+        ending = parse_offsets_option("endingOffsets", options.ending_offsets_option, LATEST)
+        if ending.default == EARLIEST or EARLIEST in ending.specific.values():
+            raise InvalidConfigError(
+                "endingOffsets",
+                "earliest (-2) is not allowed in a batch read (as in Spark's Kafka source): "
+                "use latest or offsets",
+            )
+    missing = EARLIEST
+    if options.auto_offset_reset_set and options.config.auto_offset_reset == "largest":
+        missing = LATEST
+    return BatchRead(starting, missing, ending, options.commit_on_success)
+
+
+def plan_batch(
+    tps: Iterable[TopicPartition],
+    batch: BatchRead,
+    committed: Mapping[TopicPartition, int],
+    log_start: Mapping[TopicPartition, int],
+    log_end: Mapping[TopicPartition, int],
+    *,
+    fail_on_data_loss: bool = True,
+) -> dict[TopicPartition, tuple[int, int]]:
+    """The offset range ``[start, end)`` a batch read reads of each partition.
+
+    A partition starts at ``batch.starting`` when given, else at the group's committed
+    offset, else at ``batch.missing``; it ends at ``batch.ending``. ``EARLIEST`` and
+    ``LATEST`` stand for the log start and log end offsets.
+
+    Args:
+        tps: the partitions of the subscribed topics.
+        batch: the batch read's rules.
+        committed: the group's committed offsets (only used without ``batch.starting``).
+        log_start: each partition's log start offset.
+        log_end: each partition's log end offset.
+        fail_on_data_loss: refuse a start beyond the log end (``failOnDataLoss``); otherwise
+            such a partition reads nothing.
+
+    Returns:
+        ``{tp: (start, end)}`` for every partition, ``start <= end``.
+
+    Raises:
+        InvalidConfigError: an ``endingOffsets`` offset is beyond the log end, or before
+            the partition's start.
+        DataLossError: a start is beyond the log end (with ``fail_on_data_loss``): the log
+            was truncated or the offset is wrong (the message says which).
+    """
+    ranges: dict[TopicPartition, tuple[int, int]] = {}
+    for tp in sorted(set(tps)):
+
+        def resolve(offset: int, tp: TopicPartition = tp) -> int:
+            if offset == EARLIEST:
+                return log_start[tp]
+            if offset == LATEST:
+                return log_end[tp]
+            return offset
+
+        if batch.starting is not None:
+            start, source = resolve(batch.starting.for_partition(tp)), "startingOffsets"
+        elif tp in committed:
+            start, source = committed[tp], "the group's committed offset"
+        else:
+            start, source = resolve(batch.missing), "auto.offset.reset"
+        end = resolve(batch.ending.for_partition(tp))
+        if end > log_end[tp]:
+            raise InvalidConfigError(
+                "endingOffsets",
+                f"{end} of {tp} is beyond its log end offset {log_end[tp]}",
+            )
+        if start > log_end[tp]:
+            message = f"{source} {start} of {tp} is beyond its log end offset {log_end[tp]}"
+            if fail_on_data_loss:
+                raise DataLossError(f"{message}; set failOnDataLoss=false to read nothing there")
+            start = end
+        if start > end:
+            raise InvalidConfigError(
+                "endingOffsets", f"{end} of {tp} is before its start, {source} {start}"
+            )
+        ranges[tp] = (start, end)
+    return ranges
 
 
 # -- offsets JSON ---------------------------------------------------------------------------

@@ -26,15 +26,28 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
+import os
+import pickle
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
 
 import anyio
 import pyarrow as pa
-from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -44,7 +57,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..base_connector import ConnectorState, ConsumerConnector
-from ..cluster import EARLIEST, LATEST, KafkaClient
+from ..cluster import EARLIEST, LATEST, ClusterView, KafkaClient
+from ..config import ConsumerConfig
 from ..consumer import create_connector
 from ..errors import (
     BrokerNotAvailableError,
@@ -56,17 +70,29 @@ from ..errors import (
     UnknownTopicError,
     ZookeeperError,
 )
+from ..offsets import KafkaOffsetStore
 from ..records import TopicPartition
 from ..subscription import Whitelist
-from .executor import DataLossError, ZkKafkaInputPartition, read_offset_range
+from ..tools.admin import GroupActiveError, GroupAdmin
+from .executor import (
+    ZkKafkaBatchPartition,
+    ZkKafkaInputPartition,
+    read_offset_range,
+)
 from .planning import (
     INITIAL_KEY,
     SOURCE_NAME,
+    BatchRead,
+    DataLossError,
+    OffsetRange,
     SourceOptions,
+    batch_read_options,
+    check_stream_options,
     decode_offsets,
     encode_offsets,
     initial_offset,
     parse_source_options,
+    plan_batch,
     plan_ranges,
     plan_starts,
     rate_limit,
@@ -77,8 +103,11 @@ from .schema import kafka_schema
 __all__ = [
     "GroupMember",
     "MemberSnapshot",
+    "ZkKafkaBatchReader",
     "ZkKafkaDataSource",
     "ZkKafkaStreamReader",
+    "check_worker_python",
+    "commit_batch",
     "register",
 ]
 
@@ -356,10 +385,13 @@ class ZkKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     Args:
         options: the checked source options.
+        invalid: an option error found when the reader was made, raised by the first
+            planning call.
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, *, invalid: InvalidConfigError | None = None):
         self.options = options
+        self._invalid = invalid
         self._member: GroupMember | None = None
         self._bootstrap: str | None = None
         self._target: dict[TopicPartition, int] | None = None
@@ -371,12 +403,16 @@ class ZkKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.options = state["options"]
+        self._invalid = None
         self._member = None
         self._bootstrap = None
         self._target = None
         self._latest = {}
 
     def _group(self) -> GroupMember:
+        if self._invalid is not None:
+            with _one_line_errors():
+                raise self._invalid
         if self._member is None:
             self._member = GroupMember(self.options)
         return self._member
@@ -517,24 +553,7 @@ class ZkKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         if self._bootstrap is None:
             self._bootstrap = self._group().bootstrap_servers()
-        cfg = self.options.config
-        return [
-            ZkKafkaInputPartition(
-                topic=r.tp.topic,
-                partition=r.tp.partition,
-                start=r.start,
-                end=r.end,
-                bootstrap_servers=self._bootstrap,
-                include_headers=self.options.include_headers,
-                fail_on_data_loss=self.options.fail_on_data_loss,
-                client_id=cfg.effective_client_id,
-                max_bytes=cfg.fetch_message_max_bytes,
-                socket_timeout_ms=cfg.socket_timeout_ms,
-                fetch_wait_max_ms=cfg.fetch_wait_max_ms,
-                retry_backoff_ms=cfg.refresh_leader_backoff_ms,
-            )
-            for r in planned
-        ]
+        return [_input_partition(self.options, r, self._bootstrap) for r in planned]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed the batch ending at ``end``: commit its offsets to the group.
@@ -579,6 +598,382 @@ class ZkKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_offset_range(partition)
 
 
+def _input_partition(
+    options: SourceOptions, r: OffsetRange, bootstrap_servers: str, *, batch: bool = False
+) -> ZkKafkaInputPartition:
+    """The Spark task reading ``r``: what the executor needs, from the source options."""
+    cfg = options.config
+    fields: dict[str, Any] = {
+        "topic": r.tp.topic,
+        "partition": r.tp.partition,
+        "start": r.start,
+        "end": r.end,
+        "bootstrap_servers": bootstrap_servers,
+        "include_headers": options.include_headers,
+        "fail_on_data_loss": options.fail_on_data_loss,
+        "client_id": cfg.effective_client_id,
+        "max_bytes": cfg.fetch_message_max_bytes,
+        "socket_timeout_ms": cfg.socket_timeout_ms,
+        "fetch_wait_max_ms": cfg.fetch_wait_max_ms,
+        "retry_backoff_ms": cfg.refresh_leader_backoff_ms,
+    }
+    if batch:
+        return ZkKafkaBatchPartition(
+            **fields, config=cfg, commit_on_success=options.commit_on_success
+        )
+    return ZkKafkaInputPartition(**fields)
+
+
+# -- batch reads ----------------------------------------------------------------------------
+
+
+_CLOSE_LIMIT_S = 5.0
+
+
+class _GroupOffsets:
+    """A group's committed offsets and its cluster, for batch reads: read without joining.
+
+    A batch read is not a group member (a member would trigger a rebalance of the live ones
+    and own only a share of the partitions): it reads the group's committed offsets as the
+    group tools do, from ZooKeeper (``GroupAdmin``) or from the group's coordinator
+    (OffsetFetch), per ``offsets.storage`` / ``dual.commit.enabled`` / ``group.coordinator``.
+    """
+
+    def __init__(self, config: ConsumerConfig) -> None:
+        self.config = config
+        self._admin: GroupAdmin | None = None
+        if config.kafka_coordinated:
+            self.cluster = ClusterView(
+                None,
+                bootstrap_servers=config.bootstrap_servers,
+                client_id=config.effective_client_id,
+                request_timeout_ms=config.socket_timeout_ms,
+                retry_backoff_ms=config.refresh_leader_backoff_ms,
+            )
+        else:
+            self._admin = GroupAdmin(
+                config.require_zookeeper_connect(),
+                bootstrap_servers=config.bootstrap_servers,
+                connection_timeout_ms=config.effective_zookeeper_connection_timeout_ms,
+                session_timeout_ms=config.zookeeper_session_timeout_ms,
+                request_timeout_ms=config.socket_timeout_ms,
+                client_id=config.effective_client_id,
+            )
+            self.cluster = self._admin.cluster
+
+    async def __aenter__(self) -> _GroupOffsets:
+        if self._admin is not None:
+            await self._admin.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._admin is not None:
+            await self._admin.close()
+        else:
+            with anyio.move_on_after(_CLOSE_LIMIT_S, shield=True):
+                await self.cluster.close()
+
+    @property
+    def _storage(self) -> Literal["zookeeper", "kafka", "dual"]:
+        cfg = self.config
+        if cfg.kafka_coordinated or cfg.offsets_storage != "kafka":
+            return "kafka" if cfg.kafka_coordinated else "zookeeper"
+        return "dual" if cfg.effective_dual_commit_enabled else "kafka"
+
+    async def kafka(self) -> KafkaClient:
+        if self._admin is not None:
+            return await self._admin.kafka()
+        return await self.cluster.kafka()
+
+    def _offset_store(self) -> KafkaOffsetStore:
+        return KafkaOffsetStore(
+            self.cluster.kafka,
+            self.config.group_id,
+            backoff_ms=self.config.offsets_channel_backoff_ms,
+            socket_timeout_ms=self.config.socket_timeout_ms,
+        )
+
+    async def partitions(
+        self, topics: Sequence[str] | None, pattern: str | None
+    ) -> list[TopicPartition]:
+        """Every partition of the subscribed topics (``subscribe`` or ``subscribePattern``)."""
+        if self._admin is not None:
+            all_topics, partitions_for = self._admin.all_topics, self._admin.partitions_for
+        else:
+            all_topics, partitions_for = self.cluster.all_topics, self.cluster.partitions_for_topics
+        if pattern is not None:
+            wanted = Whitelist(pattern)
+            exclude = self.config.exclude_internal_topics
+            topics = [t for t in await all_topics() if wanted.is_topic_allowed(t, exclude)]
+        found = await partitions_for(topics or ())
+        tps: list[TopicPartition] = []
+        for topic in topics or ():
+            if not found.get(topic):
+                raise UnknownTopicError(topic, f"subscribe: topic {topic!r} does not exist")
+            tps.extend(TopicPartition(topic, p) for p in found[topic])
+        return sorted(tps)
+
+    async def list_offsets(
+        self, tps: Sequence[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, int]:
+        if not tps:
+            return {}
+        return await _list_offsets_once(await self.kafka(), list(tps), timestamp)
+
+    async def committed(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The group's committed offsets (next offset to read) of the partitions it has one."""
+        if not tps:
+            return {}
+        if self._admin is not None:
+            return await self._admin.committed_offsets(
+                self.config.group_id, tps, storage=self._storage
+            )
+        await self.cluster.kafka()
+        store = self._offset_store()
+        try:
+            fetched = await store.fetch(tps)
+        finally:
+            await store.close()
+        return {tp: o for tp, o in fetched.items() if o >= 0}
+
+    async def live_members(self) -> list[str]:
+        """The live members of a ZooKeeper-coordinated group (the coordinator of a
+        Kafka-coordinated group refuses a commit from outside while it has members)."""
+        if self._admin is None:
+            return []
+        return await self._admin.member_ids(self.config.group_id)
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if self._admin is not None:
+            await self._admin.write_offsets(self.config.group_id, offsets, self._storage)
+            return
+        await self.cluster.kafka()
+        store = self._offset_store()
+        try:
+            await store.commit(offsets, retries=2)
+        finally:
+            await store.close()
+
+
+async def _plan_batch_read(
+    options: SourceOptions, batch: BatchRead
+) -> tuple[dict[TopicPartition, tuple[int, int]], str]:
+    async with _GroupOffsets(options.config) as group:
+        tps = await group.partitions(options.topics, options.pattern)
+        committed = await group.committed(tps) if batch.starting is None else {}
+        log_start = await group.list_offsets(tps, EARLIEST)
+        log_end = await group.list_offsets(tps, LATEST)
+        ranges = plan_batch(
+            tps,
+            batch,
+            committed,
+            log_start,
+            log_end,
+            fail_on_data_loss=options.fail_on_data_loss,
+        )
+        bootstrap = (await group.kafka()).bootstrap_servers if tps else ""
+    return ranges, bootstrap
+
+
+def _on_loop_thread(name: str, coro: Any, timeout_s: float = CALL_TIMEOUT_S) -> Any:
+    """Run ``coro`` on a private loop thread, stopped afterwards (Spark may reuse the
+    process: nothing of ours is left running in it)."""
+    thread = LoopThread(name)
+    try:
+        return thread.run(coro, timeout_s)
+    finally:
+        thread.stop()
+
+
+class ZkKafkaBatchReader(DataSourceReader):
+    """The ``zkkafka`` batch reader: ``spark.read.format("zkkafka")``.
+
+    ``partitions`` runs once per DataFrame in Spark's planning worker (Spark keeps the plan
+    for every action on the DataFrame): it reads the group's committed offsets (or takes
+    ``startingOffsets``) and the log offsets, and plans one task per partition and range,
+    also for partitions with nothing to read (so the plan holds every end offset).
+    ``read`` is the streaming reader's: executors fetch their ranges from the leaders.
+
+    Args:
+        options: the checked source options.
+        batch: the batch read's start and end rules.
+    """
+
+    def __init__(self, options: SourceOptions, batch: BatchRead) -> None:
+        self.options = options
+        self.batch = batch
+
+    def partitions(self) -> list[InputPartition]:
+        """Plan the read: one task per partition (more with ``minPartitions``).
+
+        Returns:
+            ``ZkKafkaBatchPartition`` objects, sorted by partition and start.
+
+        Raises:
+            InvalidConfigError: an ``endingOffsets`` offset is beyond the log end or before
+                the start.
+            DataLossError: a start offset is beyond the log end (``failOnDataLoss``).
+            UnknownTopicError: a ``subscribe`` topic does not exist.
+            ConsumerError: ZooKeeper, the brokers or the group's coordinator could not be
+                asked.
+        """
+        with _one_line_errors():
+            ranges, bootstrap = _on_loop_thread(
+                f"zkkafka-batch-{self.options.config.group_id}",
+                _plan_batch_read(self.options, self.batch),
+            )
+        planned = plan_ranges(ranges, self.options.min_partitions)
+        covered = {r.tp for r in planned}
+        planned += [OffsetRange(tp, s, e) for tp, (s, e) in ranges.items() if tp not in covered]
+        log.info(
+            "batch read of group %s: %d partitions, %d offsets",
+            self.options.config.group_id,
+            len(ranges),
+            sum(e - s for s, e in ranges.values()),
+        )
+        return [_input_partition(self.options, r, bootstrap, batch=True) for r in sorted(planned)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Fetch one planned range from the partition's leader (runs on an executor).
+
+        Args:
+            partition: a ``ZkKafkaBatchPartition`` (or Spark's empty placeholder when no
+                partition matched).
+
+        Returns:
+            An iterator of Arrow record batches in the Kafka source's schema.
+
+        Raises:
+            DataLossError, BrokerNotAvailableError, ConsumerError: as
+                :func:`read_offset_range`.
+        """
+        if not isinstance(partition, ZkKafkaInputPartition):
+            return iter(())  # Spark's InputPartition(None) for a plan without partitions
+        return read_offset_range(partition)
+
+
+def _planned_batch_partitions(df: DataFrame) -> list[ZkKafkaBatchPartition]:
+    """The tasks Spark planned for the ``zkkafka`` batch scans of ``df`` (classic sessions).
+
+    Spark plans a Python data source's partitions once per DataFrame and keeps them (every
+    action on it reads the same ranges), so these are the ranges the user's action read.
+    """
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        raise TypeError("commit_batch needs a DataFrame of a classic (Py4J) Spark session")
+    leaves = jdf.queryExecution().sparkPlan().collectLeaves()
+    found: list[ZkKafkaBatchPartition] = []
+    it = leaves.iterator()
+    while it.hasNext():
+        leaf = it.next()
+        if leaf.nodeName() != "BatchScan " + SOURCE_NAME:
+            continue
+        for part in leaf.batch().planInputPartitions():
+            task = pickle.loads(bytes(part.pickedPartition()))
+            if isinstance(task, ZkKafkaBatchPartition):
+                found.append(task)
+    return found
+
+
+def commit_batch(df: DataFrame, *, timeout_s: float = CALL_TIMEOUT_S) -> dict[TopicPartition, int]:
+    """Commit the group's offsets to the end of a ``zkkafka`` batch read, after it succeeded.
+
+    Call it in the driver once the action that consumed ``df`` (a write, a ``collect``...)
+    returned: Python batch readers have no commit hook, and Spark cannot tell this source
+    that an action succeeded, or read all of ``df`` (``df.show()`` reads a few rows only).
+    The offsets committed are the ends Spark planned for ``df`` — the same ones every action
+    on ``df`` read — not the log end offsets at the time of the call.
+
+    Only forward: a partition whose committed offset is already at or beyond the read's end
+    is left alone. A ZooKeeper-coordinated group must have no live members (their commits
+    would race this one); a Kafka-coordinated group's coordinator refuses the commit while
+    the group has members.
+
+    Args:
+        df: the DataFrame of ``spark.read.format("zkkafka")...load()`` with
+            ``commitOnSuccess=true``, or one derived from it.
+        timeout_s: the longest wait for ZooKeeper and Kafka, in seconds.
+
+    Returns:
+        ``{TopicPartition: offset}``: the offsets written.
+
+    Raises:
+        InvalidConfigError: ``df`` reads no ``zkkafka`` batch source, or not with
+            ``commitOnSuccess=true``.
+        GroupActiveError: the ZooKeeper-coordinated group has live members.
+        TypeError: ``df`` belongs to a Spark Connect session.
+        ConsumerError: the offsets could not be read or written (``OffsetCommitError``, ...).
+    """
+    tasks = _planned_batch_partitions(df)
+    if not tasks:
+        raise InvalidConfigError(
+            "commitOnSuccess", "this DataFrame reads no zkkafka batch source: nothing to commit"
+        )
+    if not all(t.commit_on_success for t in tasks):
+        raise InvalidConfigError(
+            "commitOnSuccess",
+            'the read was not made with .option("commitOnSuccess", "true"): nothing committed',
+        )
+    by_group: dict[ConsumerConfig, dict[TopicPartition, int]] = {}
+    for t in tasks:
+        assert t.config is not None
+        ends = by_group.setdefault(t.config, {})
+        tp = TopicPartition(t.topic, t.partition)
+        ends[tp] = max(ends.get(tp, t.end), t.end)
+    written: dict[TopicPartition, int] = {}
+    for config, ends in by_group.items():
+        written.update(_on_loop_thread("zkkafka-commit", _commit_ends(config, ends), timeout_s))
+    return written
+
+
+async def _commit_ends(
+    config: ConsumerConfig, ends: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    async with _GroupOffsets(config) as group:
+        members = await group.live_members()
+        if members:
+            raise GroupActiveError(
+                config.group_id,
+                members,
+                f"group {config.group_id!r} has live members ({', '.join(members)}): a batch "
+                "read's offsets are committed only while none runs (their commits would race)",
+            )
+        committed = await group.committed(sorted(ends))
+        todo = {tp: o for tp, o in ends.items() if o > committed.get(tp, -1)}
+        if todo:
+            await group.commit(todo)
+        log.info("committed %d offsets of group %s", len(todo), config.group_id)
+        return todo
+
+
+# -- errors the user reads ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _one_line_errors() -> Iterator[None]:
+    """Let an option error reach the user as its one-line message, not a traceback.
+
+    PySpark's workers report an exception with its traceback (``handle_worker_exception``),
+    which Spark puts into the ``AnalysisException`` the user sees, unless
+    ``SPARK_HIDE_TRACEBACK`` is set (``spark.sql.execution.pyspark.udf.hideTraceback.enabled``):
+    then only ``<class>: <message>``. Every Python worker that calls into the source exits
+    right after reporting an error (``worker_run``, the streaming source runner), so setting
+    it there changes nothing else; outside a worker (a test calling the source directly) it
+    is left alone.
+    """
+    try:
+        yield
+    except (InvalidConfigError, UnknownTopicError, DataLossError, GroupActiveError):
+        if os.environ.get("SPARK_PYTHON_RUNTIME") == "PYTHON_WORKER":
+            os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+        raise
+
+
 class ZkKafkaDataSource(DataSource):
     """``spark.readStream.format("zkkafka")``: Kafka records of a consumer group.
 
@@ -596,7 +991,8 @@ class ZkKafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def _options(self) -> SourceOptions:
-        return parse_source_options(self.options)
+        with _one_line_errors():
+            return parse_source_options(self.options)
 
     def schema(self) -> StructType:
         """The Kafka source's schema; checks the options (so ``load()`` reports bad ones).
@@ -623,23 +1019,126 @@ class ZkKafkaDataSource(DataSource):
                 the Kafka source's.
         """
         options = self._options()
-        expected = kafka_schema(options.include_headers)
-        if schema != expected:
-            raise InvalidConfigError(
-                "schema",
-                f"the zkkafka source has the Kafka source's fixed schema {expected.simpleString()}"
-                f", got {schema.simpleString()}",
-            )
+        try:
+            _check_schema(options, schema)
+            check_stream_options(options)
+        except InvalidConfigError as e:
+            # Raised at the first planning call instead: PySpark's streaming source runner
+            # masks an exception of streamReader() with its own UnboundLocalError (4.3).
+            return ZkKafkaStreamReader(options, invalid=e)
         return ZkKafkaStreamReader(options)
 
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """The batch reader: ``spark.read.format("zkkafka")``.
 
-def register(spark: SparkSession) -> None:
+        Args:
+            schema: the schema Spark resolved; must be this source's.
+
+        Returns:
+            A :class:`ZkKafkaBatchReader`.
+
+        Raises:
+            InvalidConfigError: an option is invalid for a batch read (``latest`` as
+                ``startingOffsets``, ``earliest`` as ``endingOffsets``), or a user-given
+                schema differs from the Kafka source's.
+        """
+        options = self._options()
+        with _one_line_errors():
+            _check_schema(options, schema)
+            batch = batch_read_options(options)
+        return ZkKafkaBatchReader(options, batch)
+
+
+def _check_schema(options: SourceOptions, schema: StructType) -> None:
+    expected = kafka_schema(options.include_headers)
+    if schema != expected:
+        raise InvalidConfigError(
+            "schema",
+            f"the zkkafka source has the Kafka source's fixed schema {expected.simpleString()}"
+            f", got {schema.simpleString()}",
+        )
+
+
+def register(spark: SparkSession, *, check_python: bool = True) -> None:
     """Register the ``zkkafka`` format with a Spark session.
 
-    Then ``spark.readStream.format("zkkafka").option(...).load()``. The package must be
-    importable by the session's Python workers (install it in their environment).
+    Then ``spark.readStream.format("zkkafka").option(...).load()`` (or ``spark.read``). The
+    package must be importable by the session's Python workers, which run the source's
+    planning and ``read``: with ``check_python`` (and a classic session whose workers'
+    Python exists on this host), that Python is asked once to import the source
+    (:func:`check_worker_python`), so that a wrong ``PYSPARK_PYTHON`` is reported here in one
+    line rather than as a worker's traceback at ``load()``.
 
     Args:
         spark: a classic (Py4J) or Spark Connect session.
+        check_python: check the workers' Python (default true).
+
+    Raises:
+        InvalidConfigError: ``PYSPARK_PYTHON``: the workers' Python cannot import the
+            package (the message names that Python and this one).
     """
+    if check_python:
+        context = getattr(spark, "_sc", None)
+        python = getattr(context, "pythonExec", None)
+        if isinstance(python, str):
+            check_worker_python(python)
     spark.dataSource.register(ZkKafkaDataSource)
+
+
+_WORKER_CHECK_TIMEOUT_S = 120.0
+
+
+def _worker_pythonpath() -> str:
+    """``PYTHONPATH`` as Spark gives its Python workers: PySpark's zips, then ours."""
+    import pyspark
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    if not lib.is_dir() and os.environ.get("SPARK_HOME"):
+        lib = Path(os.environ["SPARK_HOME"]) / "python" / "lib"
+    zips = sorted(str(z) for z in lib.glob("*.zip")) if lib.is_dir() else []
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([*zips, *inherited])
+
+
+def check_worker_python(python: str) -> None:
+    """Check that Spark's Python workers (``python``) can import the ``zkkafka`` source.
+
+    Runs ``python -c "import aiozkconsumer.spark.source"`` once, with the ``PYTHONPATH``
+    Spark gives its workers (PySpark's own zips). A Python that does not exist on this host
+    (e.g. the ``./environment/bin/python`` of a packed environment shipped with
+    ``spark.archives``) is not checked.
+
+    Args:
+        python: the workers' Python (``spark.pyspark.python`` / ``PYSPARK_PYTHON``).
+
+    Raises:
+        InvalidConfigError: key ``PYSPARK_PYTHON``: the import failed; the message names the
+            missing module, that Python and the one running now.
+    """
+    found = shutil.which(python)
+    if found is None:
+        log.debug("the workers' Python %s is not on this host: not checked", python)
+        return
+    env = {**os.environ, "PYTHONPATH": _worker_pythonpath()}
+    try:
+        done = subprocess.run(
+            [found, "-c", "import aiozkconsumer.spark.source"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=_WORKER_CHECK_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.warning("could not check the workers' Python %s: %s", python, e)
+        return
+    if done.returncode == 0:
+        return
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    reason = lines[-1] if lines else f"exit status {done.returncode}"
+    raise InvalidConfigError(
+        "PYSPARK_PYTHON",
+        f"Spark's Python workers run {python}, which cannot import the zkkafka source "
+        f"({reason}); install aiozkconsumer[spark] there, or point PYSPARK_PYTHON "
+        f"(spark.pyspark.python) at {sys.executable}",
+    )
