@@ -53,8 +53,18 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def cluster_from_args(args: argparse.Namespace) -> Iterator[ClusterInfo]:
-    """Yield the cluster named on the command line, or a LocalCluster started for the run."""
+def cluster_from_args(
+    args: argparse.Namespace,
+    *,
+    flavour: str = "zookeeper",
+    broker_properties: Mapping[str, str] | None = None,
+) -> Iterator[ClusterInfo]:
+    """Yield the cluster named on the command line, or a LocalCluster started for the run.
+
+    ``flavour`` and ``broker_properties`` are the LocalCluster's (``"kraft"``: one Kafka 4.3
+    broker in KRaft mode, next to the ZooKeeper the consumer groups of ZooKeeper mode use);
+    they do not apply to a cluster named on the command line.
+    """
     if args.zookeeper or args.bootstrap_server:
         if not (args.zookeeper and args.bootstrap_server):
             raise SystemExit("--zookeeper and --bootstrap-server go together")
@@ -62,8 +72,9 @@ def cluster_from_args(args: argparse.Namespace) -> Iterator[ClusterInfo]:
         return
     from aiozkconsumer.testing import LocalCluster
 
-    say("starting a LocalCluster (ZooKeeper + one Kafka 3.9 broker) ...")
-    cluster = LocalCluster()
+    kafka = "Kafka 4.3 broker (KRaft)" if flavour == "kraft" else "Kafka 3.9 broker"
+    say(f"starting a LocalCluster (ZooKeeper + one {kafka}) ...")
+    cluster = LocalCluster(flavour=flavour, broker_properties=broker_properties)
     asyncio.run(cluster.start())
     try:
         say(f"cluster up: ZooKeeper {cluster.zookeeper_connect}, Kafka {cluster.bootstrap_servers}")

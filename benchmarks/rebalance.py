@@ -62,6 +62,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -88,18 +89,29 @@ from _common import (
 )
 
 SCRIPT = str(Path(__file__).resolve())
-MODES = ("azk", "azk-kafka", "original", "aiokafka")
+CLASSIC_MODES = ("azk", "azk-kafka", "original", "aiokafka")
+# group.protocol=consumer (KIP-848): Kafka 4.x brokers only (--kafka 4.3).
+CONSUMER_PROTOCOL_MODES = ("azk-consumer", "java-consumer", "confluent-consumer")
+MODES = CLASSIC_MODES + CONSUMER_PROTOCOL_MODES
 ZK_MODES = ("azk", "original")  # modes whose group lives in ZooKeeper (ids, owner nodes)
+# The broker's group.consumer.* defaults (Kafka 4.3), for the table.
+BROKER_CONSUMER_SESSION_MS = 45_000
+BROKER_CONSUMER_HEARTBEAT_MS = 5_000
 DIAGONAL = ((2, 16), (8, 128), (16, 256))
 FULL = tuple((m, p) for m in (2, 8, 16) for p in (16, 128, 256))
+
+
+_out_lock = threading.Lock()  # confluent-kafka members write from their poll threads
 
 
 def out(ev: str, **fields: Any) -> None:
     """One JSON line on stdout for the orchestrator."""
     fields["ev"] = ev
     fields.setdefault("t", time.time())
-    sys.stdout.write(json.dumps(fields) + "\n")
-    sys.stdout.flush()
+    line = json.dumps(fields) + "\n"
+    with _out_lock:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 # -- the producer ----------------------------------------------------------------------------
@@ -149,36 +161,43 @@ class Tracker:
         self.max_gap: dict[int, float] = {}
         self.seen: set[int] = set()
         self.released_in_window: set[int] = set()
+        # confluent-kafka members record from their poll thread, reports come from the loop.
+        self._lock = threading.Lock()
 
-    def record(self, partition: int) -> None:
-        now = time.time()
-        if partition not in self.seen:
-            self.seen.add(partition)
-            out("first", slot=self.slot, p=partition, t=now)
-        last = self.last.get(partition)
-        if last is not None:
-            gap = now - last
-            if gap > self.max_gap.get(partition, 0.0):
-                self.max_gap[partition] = gap
-        self.last[partition] = now
+    def record(self, partition: int, at: float | None = None) -> None:
+        """A record of ``partition`` handed out now (or at ``at``, ``time.time()`` seconds:
+        a Java member's records are timed when its line is read)."""
+        now = time.time() if at is None else at
+        with self._lock:
+            if partition not in self.seen:
+                self.seen.add(partition)
+                out("first", slot=self.slot, p=partition, t=now)
+            last = self.last.get(partition)
+            if last is not None:
+                gap = now - last
+                if gap > self.max_gap.get(partition, 0.0):
+                    self.max_gap[partition] = gap
+            self.last[partition] = now
 
     def released(self, partitions: Iterable[int]) -> None:
         parts = sorted(set(partitions))
-        last = {p: self.last.get(p) for p in parts if p in self.seen}
-        self.seen.difference_update(parts)
-        self.released_in_window.update(parts)
-        out("released", slot=self.slot, partitions=parts, last=last)
+        with self._lock:
+            last = {p: self.last.get(p) for p in parts if p in self.seen}
+            self.seen.difference_update(parts)
+            self.released_in_window.update(parts)
+            out("released", slot=self.slot, partitions=parts, last=last)
 
     def report(self) -> dict[int, float]:
         """Max gap per partition since the last report (an open gap counts up to now)."""
         now = time.time()
-        gaps = dict(self.max_gap)
-        for p in self.seen | self.released_in_window:
-            last = self.last.get(p)
-            if last is not None:
-                gaps[p] = max(gaps.get(p, 0.0), now - last)
-        self.max_gap = {}
-        self.released_in_window = set()
+        with self._lock:
+            gaps = dict(self.max_gap)
+            for p in self.seen | self.released_in_window:
+                last = self.last.get(p)
+                if last is not None:
+                    gaps[p] = max(gaps.get(p, 0.0), now - last)
+            self.max_gap = {}
+            self.released_in_window = set()
         return gaps
 
 
@@ -221,12 +240,26 @@ async def azk_member(
             session_timeout_ms=args.kafka_session_ms,
             heartbeat_interval_ms=args.kafka_heartbeat_ms,
         )
+    elif args.mode == "azk-consumer":
+        # Session and heartbeat interval are the broker's (group.consumer.*).
+        config = ConsumerConfig(
+            group_id=args.group,
+            group_coordinator="kafka",
+            group_protocol="consumer",
+            group_remote_assignor=args.remote_assignor,
+            bootstrap_servers=args.bootstrap_server,
+            consumer_id=member_id,
+            auto_offset_reset="largest",
+        )
     else:
+        # Kafka 4.3 (KRaft) has no /brokers in ZooKeeper: metadata from the brokers.
+        kraft = {"bootstrap_servers": args.bootstrap_server} if args.kafka == "4.3" else {}
         config = ConsumerConfig(
             group_id=args.group,
             zookeeper_connect=args.zookeeper,
             consumer_id=member_id,
             auto_offset_reset="largest",
+            **kraft,
         )
     connector = create_connector(config)
 
@@ -337,6 +370,121 @@ async def aiokafka_member(
     tracker.released(owned)
 
 
+async def java_member(
+    args: argparse.Namespace, slot: int, tracker: Tracker, stop: asyncio.Event
+) -> None:
+    """A Java ``KafkaConsumer`` (kafka-clients 4.3.1, ``group.protocol=consumer``) in a JVM of
+    its own; its events are timed when this process reads its output lines.
+
+    The join is timed from the moment the consumer was built and subscribed (the ``STARTED``
+    line), not from the command: the JVM's start-up is reported apart (``jvm_started``).
+    """
+    from aiozkconsumer.testing.java_member import JavaAssignment, JavaConsumerMember
+
+    owned: set[int] = set()
+
+    def on_event(ev: Any) -> None:
+        if not isinstance(ev, JavaAssignment):
+            tracker.record(ev.partition, ev.received_at)
+            return
+        parts = {tp.partition for tp in ev.changed if tp.topic == args.topic}
+        if ev.change == "assigned":
+            owned.update(parts)
+            out(
+                "assigned",
+                slot=slot,
+                member=ev.member_id,
+                partitions=sorted(owned),
+                t=ev.received_at,
+            )
+        else:  # revoked, lost
+            owned.difference_update(parts)
+            tracker.released(parts)
+
+    t_spawn = time.time()
+    member = JavaConsumerMember(
+        args.bootstrap_server,
+        args.group,
+        [args.topic],
+        flavour="kraft",
+        group_protocol="consumer",
+        assignor=args.remote_assignor or "uniform",
+        commit="auto",
+        extra_properties={"auto.offset.reset": "latest"},
+        client_id=f"s{slot}-{uuid.uuid4().hex[:6]}",
+        on_event=on_event,
+        keep_records=False,
+        start_timeout_s=120,
+        poll_timeout_ms=args.java_poll_ms,
+    )
+    try:
+        await member.start()
+        started = member.started_at or time.time()
+        out("jvm_started", slot=slot, startup_s=started - t_spawn)
+        out("starting", slot=slot, t=started)  # the join's clock starts here
+        out("started", slot=slot, member=member.client_id)
+        await stop.wait()
+    finally:
+        await member.stop()
+        if member.errors:
+            out("error", slot=slot, error="; ".join(member.errors))
+    tracker.released(owned)
+
+
+async def confluent_member(
+    args: argparse.Namespace, slot: int, tracker: Tracker, stop: asyncio.Event
+) -> None:
+    """A confluent-kafka ``Consumer`` with ``group.protocol=consumer``, polled in a thread
+    (its calls block); the rebalance callbacks run in that thread, within ``consume()``."""
+    from confluent_kafka import Consumer
+
+    halt = threading.Event()
+    owned: set[int] = set()
+    conf: dict[str, Any] = {
+        "bootstrap.servers": args.bootstrap_server,
+        "group.id": args.group,
+        "group.protocol": "consumer",
+        "client.id": f"s{slot}",
+        "auto.offset.reset": "latest",
+        "enable.auto.commit": True,
+    }
+    if args.remote_assignor:
+        conf["group.remote.assignor"] = args.remote_assignor
+
+    def on_assign(consumer: Any, partitions: list[Any]) -> None:
+        # The consumer protocol is incremental: these are the partitions added.
+        owned.update(tp.partition for tp in partitions)
+        out("assigned", slot=slot, member=f"s{slot}", partitions=sorted(owned))
+
+    def on_revoke(consumer: Any, partitions: list[Any]) -> None:
+        parts = {tp.partition for tp in partitions}
+        owned.difference_update(parts)
+        tracker.released(parts)
+
+    def run() -> None:
+        consumer = Consumer(conf)
+        try:
+            consumer.subscribe(
+                [args.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke
+            )
+            out("started", slot=slot, member=f"s{slot}")
+            while not halt.is_set():
+                for msg in consumer.consume(num_messages=1000, timeout=0.1):
+                    partition = msg.partition()
+                    if msg.error() is None and partition is not None:
+                        tracker.record(partition)
+        finally:
+            consumer.close()  # leaves the group (epoch -1); on_revoke is called first
+
+    task = asyncio.ensure_future(asyncio.to_thread(run))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    halt.set()
+    stopped.cancel()
+    await task
+    tracker.released(owned)
+
+
 async def member_main(args: argparse.Namespace) -> None:
     """Host ``--slots`` member slots; obey ``start i`` / ``stop i`` / ``report`` on stdin."""
     if args.mode == "original":
@@ -344,7 +492,11 @@ async def member_main(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    run = aiokafka_member if args.mode == "aiokafka" else azk_member
+    run = {
+        "aiokafka": aiokafka_member,
+        "java-consumer": java_member,
+        "confluent-consumer": confluent_member,
+    }.get(args.mode, azk_member)
     tasks: dict[int, tuple[asyncio.Task[None], asyncio.Event]] = {}
     stopping: list[asyncio.Task[None]] = []
     trackers = {i: Tracker(i) for i in args.slots}
@@ -364,7 +516,8 @@ async def member_main(args: argparse.Namespace) -> None:
         cmd, _, arg = line.partition(" ")
         if cmd == "start":
             slot = int(arg)
-            out("starting", slot=slot)
+            # A Java member says "starting" once its JVM is up and it subscribed.
+            out("spawning" if args.mode == "java-consumer" else "starting", slot=slot)
             stop = asyncio.Event()
             tasks[slot] = (asyncio.create_task(life(slot, stop)), stop)
         elif cmd == "stop":
@@ -413,6 +566,7 @@ class Run:
     open_tenure: dict[tuple[int, int], float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    expected_live: int = 0  # members that should be live once the group settles
 
 
 def handle(run: Run, line: dict[str, Any]) -> None:
@@ -470,26 +624,42 @@ async def send(proc: asyncio.subprocess.Process, text: str) -> None:
 
 
 def settled_at(run: Run, since: float) -> float | None:
-    """When the group settled after ``since``, or ``None`` if it has not (see module doc)."""
+    """When the group settled after ``since``, or ``None`` if it has not (see module doc).
+
+    Every mode: the expected number of members is live, their partition sets are disjoint,
+    cover the topic and are balanced (each owns the floor or the ceiling of partitions /
+    members: what range, round-robin and uniform assignments of one topic give), and every
+    partition acquired after ``since`` handed out a record. The eager and ZooKeeper modes:
+    every live member also finished a rebalance after ``since``. The ``consumer``-protocol
+    modes: a member whose partitions do not change hears nothing, so at least one member's
+    assignment changed after ``since``.
+    """
     live = [s for s in run.slots.values() if s.live]
-    if not live:
+    if not live or len(live) != run.expected_live:
         return None
+    lo, hi = run.partitions // len(live), -(-run.partitions // len(live))
+    incremental = run.mode in CONSUMER_PROTOCOL_MODES
     seen: set[int] = set()
     latest = since
+    changed = False
     for st in live:
-        if st.assigned_at < since:
+        if st.assigned_at < since and not incremental:
+            return None
+        if not lo <= len(st.owned) <= hi:
             return None
         if seen & st.owned.keys():
             return None
         seen |= st.owned.keys()
-        latest = max(latest, st.assigned_at)
+        if st.assigned_at >= since:
+            changed = True
+            latest = max(latest, st.assigned_at)
         for p, acquired in st.owned.items():
             if acquired >= since:
                 first = st.firsts.get(p)
                 if first is None or first < acquired:
                     return None
                 latest = max(latest, first)
-    if len(seen) != run.partitions:
+    if len(seen) != run.partitions or not changed:
         return None
     return latest
 
@@ -579,6 +749,7 @@ async def run_config(
 
     tag = uuid.uuid4().hex[:6]
     topic = f"rb-{mode}-{members}x{partitions}-{tag}"
+    load_before = uptime()
     run = Run(mode, members, partitions, topic, f"rbg-{tag}")
     admin = AIOKafkaAdminClient(bootstrap_servers=info.bootstrap_servers)
     await admin.start()
@@ -604,6 +775,7 @@ async def run_config(
     )
     per_proc = args.members_per_process or (1 if members <= 2 else 2 if members <= 8 else 4)
     n_procs = -(-members // per_proc)
+    spawned_at = time.time()
     for i in range(n_procs):
         slots = [s for s in range(members) if s % n_procs == i]
         proc = await asyncio.create_subprocess_exec(
@@ -620,6 +792,11 @@ async def run_config(
             ",".join(map(str, slots)),
             "--original-backoff-ms",
             str(args.original_backoff_ms),
+            "--kafka",
+            args.kafka,
+            *(["--remote-assignor", args.remote_assignor] if args.remote_assignor else []),
+            "--java-poll-ms",
+            str(args.java_poll_ms),
             *kafka_timeouts(args),
             *common,
             stdin=asyncio.subprocess.PIPE,
@@ -646,7 +823,15 @@ async def run_config(
         watch_task = asyncio.create_task(watch())
     results: list[dict[str, Any]] = []
     baseline: list[float] = []
+    run.expected_live = members
     try:
+        ready_deadline = time.monotonic() + 120
+        while sum(e["ev"] == "ready" for e in run.events) < len(run.procs):
+            if time.monotonic() > ready_deadline:
+                raise RuntimeError(f"{mode}: member processes not ready within 120 s")
+            run.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.changed.wait(), 1)
         t_start = time.time()
         for s in range(members):
             await send(run.procs[run.slots[s].proc], f"start {s}")
@@ -674,19 +859,24 @@ async def run_config(
                 left = slot
             else:
                 slot, kind, left = left, "join", None
+            run.expected_live = members - 1 if kind == "leave" else members
             marker = len(run.events)
             ids_mark = len(ids_changes)
             await send(
                 run.procs[run.slots[slot].proc], f"{'stop' if kind == 'leave' else 'start'} {slot}"
             )
             t_cmd = None
+            cmd_deadline = time.monotonic() + 120  # a Java member's JVM starts first
             while t_cmd is None:
                 for e in run.events[marker:]:
                     if e["ev"] in ("stopping", "starting") and e.get("slot") == slot:
                         t_cmd = e["t"]
                 if t_cmd is None:
+                    if time.monotonic() > cmd_deadline or run.errors:
+                        raise RuntimeError(f"{mode}: slot {slot} never began to {kind}")
                     run.changed.clear()
-                    await asyncio.wait_for(run.changed.wait(), 10)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(run.changed.wait(), 1)
             settled = await wait_settled(run, t_cmd, args.settle_timeout)
             gaps = await request_gaps(run)
             after = owner_snapshot(run)
@@ -752,18 +942,31 @@ async def run_config(
             await zk.close()
     lat = [r["latency_s"] for r in results if r["latency_s"] is not None]
     gaps_ = [r["unmoved_max_gap_s"] for r in results if r["unmoved_max_gap_s"] is not None]
+    ready = [e["t"] - spawned_at for e in run.events if e["ev"] == "ready"]
+    jvm = [e["startup_s"] for e in run.events if e["ev"] == "jvm_started"]
     return {
         "mode": mode,
         "members": members,
         "partitions": partitions,
+        "kafka": args.kafka,
         "heartbeat_ms": heartbeat_ms(mode, args),
         "session_ms": (
             args.kafka_session_ms
             if mode == "azk-kafka"
             else args.aiokafka_session_ms
             if mode == "aiokafka"
+            else BROKER_CONSUMER_SESSION_MS
+            if mode in CONSUMER_PROTOCOL_MODES
             else None
         ),
+        # Start-up, apart from the rebalance figures: member processes from spawn to ready
+        # to take commands (interpreter and imports), and Java members' JVMs (spawn to
+        # consumer built and subscribed), once per member start.
+        "process_ready_max_s": max(ready) if ready else None,
+        "jvm_start_p50_s": percentile(jvm, 50) if jvm else None,
+        "jvm_start_max_s": max(jvm) if jvm else None,
+        "load_before": load_before,
+        "load_after": uptime(),
         "events": len(results),
         "settled": len(lat),
         "p50_s": percentile(lat, 50),
@@ -786,6 +989,7 @@ async def run_config(
     }
 
 
+KAFKA_VERSIONS = ("3.9", "4.3")
 KAFKA_TIMEOUT_OPTIONS = (
     ("--kafka-session-ms", 10_000, "session.timeout.ms of the azk-kafka members"),
     ("--kafka-heartbeat-ms", 1_000, "heartbeat.interval.ms of the azk-kafka members"),
@@ -807,12 +1011,27 @@ def kafka_timeouts(args: argparse.Namespace) -> list[str]:
 
 
 def heartbeat_ms(mode: str, args: argparse.Namespace) -> int | None:
-    """The heartbeat interval of a Kafka-coordinated mode (``None``: ZooKeeper modes)."""
+    """The heartbeat interval of a Kafka-coordinated mode (``None``: ZooKeeper modes); the
+    ``consumer``-protocol modes get the broker's ``group.consumer.heartbeat.interval.ms``."""
     if mode == "azk-kafka":
         return int(args.kafka_heartbeat_ms)
     if mode == "aiokafka":
         return int(args.aiokafka_heartbeat_ms)
+    if mode in CONSUMER_PROTOCOL_MODES:
+        return int(args.consumer_heartbeat_ms or BROKER_CONSUMER_HEARTBEAT_MS)
     return None
+
+
+def broker_properties(args: argparse.Namespace) -> dict[str, str]:
+    """Kafka 4.3 broker settings for the ``consumer``-protocol groups (every such mode alike:
+    the broker is shared); the classic groups and ZooKeeper do not read them."""
+    hb = args.consumer_heartbeat_ms
+    if args.kafka != "4.3" or not hb:
+        return {}
+    return {
+        "group.consumer.heartbeat.interval.ms": str(hb),
+        "group.consumer.min.heartbeat.interval.ms": str(min(hb, BROKER_CONSUMER_HEARTBEAT_MS)),
+    }
 
 
 def event_jitter_ms(mode: str, args: argparse.Namespace) -> int:
@@ -839,6 +1058,9 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--topic", required=True)
     m.add_argument("--slots", required=True, help="comma-separated slot numbers")
     m.add_argument("--original-backoff-ms", type=int, default=2000)
+    m.add_argument("--kafka", choices=KAFKA_VERSIONS, default="3.9")
+    m.add_argument("--remote-assignor")
+    m.add_argument("--java-poll-ms", type=int, default=1000)
     for opt, default, _ in KAFKA_TIMEOUT_OPTIONS:
         m.add_argument(opt, type=int, default=default)
     for sp in (p, m):
@@ -853,7 +1075,42 @@ def main(argv: list[str] | None = None) -> None:
         help="diagonal: 2x16, 8x128, 16x256; full: every members x partitions",
     )
     parser.add_argument(
-        "--modes", default=",".join(MODES), help="comma-separated subset of " + ", ".join(MODES)
+        "--modes",
+        help="comma-separated subset of "
+        + ", ".join(MODES)
+        + f" (default: {', '.join(CLASSIC_MODES)} with --kafka 3.9, all with --kafka 4.3; "
+        f"{', '.join(CONSUMER_PROTOCOL_MODES)} need --kafka 4.3)",
+    )
+    parser.add_argument(
+        "--kafka",
+        choices=KAFKA_VERSIONS,
+        default="3.9",
+        help="the LocalCluster's broker: 3.9 (ZooKeeper mode, default) or 4.3 (KRaft; a "
+        "standalone ZooKeeper next to it for the ZooKeeper-coordinated modes). With "
+        "--zookeeper/--bootstrap-server: the version of that cluster",
+    )
+    parser.add_argument(
+        "--consumer-heartbeat-ms",
+        type=int,
+        default=1000,
+        help="Kafka 4.3: the broker's group.consumer.heartbeat.interval.ms (and "
+        "group.consumer.min.heartbeat.interval.ms when lower than its 5000 default), the "
+        "heartbeat interval of every consumer-protocol member; 0: the broker default 5000 "
+        "(default 1000, as azk-kafka's heartbeat)",
+    )
+    parser.add_argument(
+        "--java-poll-ms",
+        type=int,
+        default=1000,
+        help="java-consumer: the KafkaConsumer.poll timeout (the rebalance listener runs "
+        "within poll; default 1000)",
+    )
+    parser.add_argument(
+        "--remote-assignor",
+        choices=("uniform", "range"),
+        default=None,
+        help="group.remote.assignor of the consumer-protocol members (default: unset, the "
+        "broker's default, uniform; the Java member is given uniform explicitly)",
     )
     parser.add_argument(
         "--configs", help="comma-separated MEMBERSxPARTITIONS (e.g. 16x256); overrides --grid"
@@ -901,11 +1158,17 @@ def main(argv: list[str] | None = None) -> None:
         grid = tuple(
             (int(m), int(p)) for m, p in (c.split("x") for c in args.configs.split(",") if c)
         )
-    modes = [x for x in args.modes.split(",") if x]
+    default_modes = MODES if args.kafka == "4.3" else CLASSIC_MODES
+    modes = [x for x in (args.modes or ",".join(default_modes)).split(",") if x]
     unknown = set(modes) - set(MODES)
     if unknown:
         parser.error(f"unknown modes: {', '.join(sorted(unknown))} (known: {', '.join(MODES)})")
-    with cluster_from_args(args) as info:
+    if args.kafka != "4.3" and set(modes) & set(CONSUMER_PROTOCOL_MODES):
+        parser.error(f"{', '.join(CONSUMER_PROTOCOL_MODES)} need --kafka 4.3")
+    flavour = "kraft" if args.kafka == "4.3" else "zookeeper"
+    with cluster_from_args(
+        args, flavour=flavour, broker_properties=broker_properties(args)
+    ) as info:
         before = machine()
         say(f"machine before: {before['uptime']}; {before['java_processes']} java processes")
         configs = []
@@ -929,14 +1192,33 @@ def main(argv: list[str] | None = None) -> None:
                 "aiokafka_heartbeat_ms": args.aiokafka_heartbeat_ms,
                 "event_jitter_ms": {mode: event_jitter_ms(mode, args) for mode in modes},
                 "quick": args.quick,
+                "kafka": args.kafka,
+                "broker_properties": broker_properties(args),
+                "remote_assignor": args.remote_assignor,
+                "java_poll_ms": args.java_poll_ms,
             },
+            "command": " ".join(sys.argv),
             "machine_before": before,
             "machine_after": machine(),
             "uptime_per_config": loads,
-            "versions": versions("aiozkconsumer", "aiokafka", "aiozk"),
+            "versions": {
+                **versions("aiozkconsumer", "aiokafka", "aiozk", "confluent-kafka"),
+                "librdkafka": librdkafka_version(),
+                "kafka-clients (Java member)": "4.3.1" if args.kafka == "4.3" else "-",
+                "broker": "4.3.1 (KRaft)" if args.kafka == "4.3" else "3.9.1 (ZooKeeper mode)",
+            },
             "configs": configs,
         }
         write_results(args.out_dir, args.name, data, markdown(data))
+
+
+def librdkafka_version() -> str:
+    """The librdkafka confluent-kafka runs on (``-`` if not installed)."""
+    try:
+        import confluent_kafka
+    except ImportError:
+        return "-"
+    return str(confluent_kafka.libversion()[0])
 
 
 def ms(seconds: float | None) -> str:
@@ -1005,6 +1287,31 @@ def markdown(data: dict[str, Any]) -> str:
         + ", ".join(f"{m} {j} ms" for m, j in s.get("event_jitter_ms", {}).items())
         + " (a random phase against the heartbeats).",
         "",
+        f"Broker: {data['versions'].get('broker', 'Kafka 3.9.1 (ZooKeeper mode)')}"
+        + (
+            "; the ZooKeeper modes use a standalone ZooKeeper next to it (metadata from the "
+            "broker). Consumer-protocol modes (`group.protocol=consumer`, KIP-848, broker-side "
+            f"assignor {s.get('remote_assignor') or 'uniform (the broker default)'}): "
+            "`azk-consumer` (aiozkconsumer), `java-consumer` (kafka-clients 4.3.1 "
+            "`KafkaConsumer`, one JVM per member, its events timed as this harness reads its "
+            "output; the join clock starts once the consumer is built and subscribed, the "
+            "JVM start-up is in the start-up table), `confluent-consumer` (confluent-kafka "
+            f"{data['versions'].get('confluent-kafka', '-')}, librdkafka "
+            f"{data['versions'].get('librdkafka', '-')}); their heartbeat interval is the "
+            "broker's: "
+            + (
+                ", ".join(f"`{k}={v}`" for k, v in s["broker_properties"].items())
+                or "`group.consumer.heartbeat.interval.ms` 5000 (default)"
+            )
+            + ", the same for every consumer-protocol mode (the broker is shared); session: "
+            f"the broker's {BROKER_CONSUMER_SESSION_MS} ms. Settled, for them: balanced, "
+            "covering, disjoint, fetching (a member whose partitions stay hears nothing)."
+            if s.get("kafka") == "4.3"
+            else "."
+        ),
+        "",
+        f"Command: `{data.get('command', '-')}`",
+        "",
         f"Machine: {data['machine_before']['cpus']} CPUs; load before: "
         f"`{data['machine_before']['uptime']}`; after: `{data['machine_after']['uptime']}`; "
         f"java processes: {data['machine_before']['java_processes']}.",
@@ -1065,8 +1372,47 @@ def markdown(data: dict[str, Any]) -> str:
             f"Target (azk, 16 x 256, p99 < 1 s): p99 = {fmt(t['p99_s'] * 1000)} ms -> "
             f"{'met' if ok else 'NOT met'}."
         )
+    lines += [
+        "",
+        "Start-up, apart from the figures above (s): member processes from spawn to ready for "
+        "commands (interpreter, imports); Java members: a JVM from spawn to the consumer "
+        "built and subscribed, per member start (p50 / max). Load (1-minute average) before "
+        "and after each row:",
+        "",
+        md_table(
+            [
+                "mode",
+                "members x partitions",
+                "processes ready (max)",
+                "JVM start p50 / max",
+                "load before",
+                "load after",
+            ],
+            [
+                [
+                    c["mode"],
+                    f"{c['members']} x {c['partitions']}",
+                    fmt(c.get("process_ready_max_s"), 1),
+                    (
+                        f"{fmt(c.get('jvm_start_p50_s'), 1)} / {fmt(c.get('jvm_start_max_s'), 1)}"
+                        if c.get("jvm_start_p50_s") is not None
+                        else "-"
+                    ),
+                    load1(c.get("load_before", "")),
+                    load1(c.get("load_after", "")),
+                ]
+                for c in data["configs"]
+            ],
+        ),
+    ]
     lines += ["", "Load per configuration:", ""] + [f"- `{u}`" for u in data["uptime_per_config"]]
     return "\n".join(lines)
+
+
+def load1(uptime_line: str) -> str:
+    """The 1-minute load average of an ``uptime`` line (``-`` if none)."""
+    _, _, loads = uptime_line.partition("load average:")
+    return loads.split(",")[0].strip() or "-"
 
 
 if __name__ == "__main__":

@@ -206,7 +206,7 @@ public final class AiozkJavaMember {
     }
 
     // args: <properties file> <"topics" | "pattern"> <topics, comma-separated | regex>
-    //       <commit mode: auto | sync | none> <close timeout, ms>
+    //       <commit mode: auto | sync | none> <close timeout, ms> [<poll timeout, ms>]
     public static void main(String[] args) throws Exception {
         Properties props = new Properties();
         try (InputStream in = new FileInputStream(args[0])) {
@@ -216,6 +216,7 @@ public final class AiozkJavaMember {
         String subscription = args[2];
         boolean syncCommits = args[3].equals("sync");
         Duration closeTimeout = Duration.ofMillis(Long.parseLong(args[4]));
+        Duration pollTimeout = Duration.ofMillis(args.length > 5 ? Long.parseLong(args[5]) : 1000);
 
         KafkaConsumer<byte[], byte[]> consumer;
         try {
@@ -301,7 +302,7 @@ public final class AiozkJavaMember {
             }
             emit("STARTED\t" + props.getProperty("client.id", ""));
             while (!stopping.get()) {
-                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofSeconds(1));
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(pollTimeout);
                 for (ConsumerRecord<byte[], byte[]> r : records) {
                     emit("RECORD\t" + r.topic() + "\t" + r.partition() + "\t" + r.offset()
                             + "\t" + r.timestamp() + "\t" + bytes(r.key()) + "\t"
@@ -410,6 +411,8 @@ class JavaRecord:
         timestamp_ms: the record's timestamp, ms since the epoch.
         key: the key bytes, or None.
         value: the value bytes, or None (a tombstone).
+        received_at: when the member read the line from the process, ``time.time()``
+            seconds (0.0 when built by hand).
     """
 
     topic: str
@@ -418,6 +421,7 @@ class JavaRecord:
     timestamp_ms: int
     key: bytes | None
     value: bytes | None
+    received_at: float = 0.0
 
     @property
     def tp(self) -> TopicPartition:
@@ -436,6 +440,8 @@ class JavaAssignment:
         partitions: every partition owned after the call.
         change: the listener call: ``"assigned"``, ``"revoked"`` or ``"lost"``.
         changed: the partitions the call was about.
+        received_at: when the member read the ``ASSIGNMENT`` line from the process,
+            ``time.time()`` seconds (0.0 when built by hand).
     """
 
     generation: int
@@ -443,6 +449,7 @@ class JavaAssignment:
     partitions: frozenset[TopicPartition]
     change: str
     changed: frozenset[TopicPartition]
+    received_at: float = 0.0
 
 
 def _tps(text: str) -> frozenset[TopicPartition]:
@@ -569,6 +576,14 @@ class JavaConsumerMember:
         close_timeout_s: how long ``KafkaConsumer.close`` may take at stop (default 10 s).
         start_timeout_s: how long :meth:`start` waits for the process to subscribe
             (default 60 s; the JVM starts in about a second).
+        poll_timeout_ms: the timeout of each ``KafkaConsumer.poll`` (default 1000); the
+            rebalance listener runs within ``poll``.
+        on_event: called with each :class:`JavaRecord` and :class:`JavaAssignment` as it is
+            parsed, in the order of the process's output, in the task reading it (so it
+            must not block; an exception it raises is logged and ignored). Default None.
+        keep_records: keep every record in :attr:`records` (default True); False for long
+            runs that take records through ``on_event`` (then :attr:`records` stays empty
+            and :meth:`wait_for` sees no records).
 
     Raises:
         ValueError: if no topic is given, or ``flavour``, ``group_protocol``, ``assignor``
@@ -597,6 +612,9 @@ class JavaConsumerMember:
         keep_work_dir: bool = False,
         close_timeout_s: float = 10.0,
         start_timeout_s: float = 60.0,
+        on_event: Callable[[JavaRecord | JavaAssignment], None] | None = None,
+        keep_records: bool = True,
+        poll_timeout_ms: int = 1000,
     ) -> None:
         if isinstance(cluster_or_bootstrap, str):
             self._bootstrap = cluster_or_bootstrap
@@ -643,6 +661,9 @@ class JavaConsumerMember:
         self._keep_work_dir = keep_work_dir
         self._close_timeout_s = close_timeout_s
         self._start_timeout_s = start_timeout_s
+        self._on_event = on_event
+        self._poll_timeout_ms = poll_timeout_ms
+        self._keep_records = keep_records
         self._failed = False
 
         self._state = JavaMemberState.NEW
@@ -652,11 +673,14 @@ class JavaConsumerMember:
         self._changed = asyncio.Event()
         self._eof = False
         self._started = False
+        self.started_at: float | None = None
+        """When the ``STARTED`` line was read (``time.time()``): the consumer was built and
+        subscribed. None before."""
         # The last listener call (ASSIGNED/REVOKED/LOST), completed by the ASSIGNMENT after it.
         self._last_change: tuple[str, frozenset[TopicPartition]] = ("assigned", frozenset())
 
         self.records: list[JavaRecord] = []
-        """Every record consumed, in arrival order."""
+        """Every record consumed, in arrival order (none kept with ``keep_records=False``)."""
         self.assignments: list[JavaAssignment] = []
         """Every assignment change reported, in order."""
         self.committed: dict[TopicPartition, int] = {}
@@ -793,6 +817,7 @@ class JavaConsumerMember:
             subscription,
             self._commit,
             str(int(self._close_timeout_s * 1000)),
+            str(self._poll_timeout_ms),
         ]
         self._spawn(cmd, work)
         try:
@@ -985,27 +1010,31 @@ class JavaConsumerMember:
             self._notify()
 
     def _on_line(self, line: str) -> None:
+        now = time.time()
         kind, _, rest = line.partition("\t")
         fields = rest.split("\t")
+        event: JavaRecord | JavaAssignment | None = None
         try:
             if kind == "RECORD":
                 topic, partition, offset, timestamp, key, value = fields
-                self.records.append(
-                    JavaRecord(
-                        topic,
-                        int(partition),
-                        int(offset),
-                        int(timestamp),
-                        _bytes(key),
-                        _bytes(value),
-                    )
+                event = JavaRecord(
+                    topic,
+                    int(partition),
+                    int(offset),
+                    int(timestamp),
+                    _bytes(key),
+                    _bytes(value),
+                    now,
                 )
+                if self._keep_records:
+                    self.records.append(event)
             elif kind == "ASSIGNMENT":
                 generation, member_id, owned = fields
                 last = self._last_change
-                self.assignments.append(
-                    JavaAssignment(int(generation), member_id, _tps(owned), last[0], last[1])
+                event = JavaAssignment(
+                    int(generation), member_id, _tps(owned), last[0], last[1], now
                 )
+                self.assignments.append(event)
             elif kind in ("ASSIGNED", "REVOKED", "LOST"):
                 self._last_change = (kind.lower(), _tps(rest))
             elif kind == "COMMITTED":
@@ -1015,6 +1044,7 @@ class JavaConsumerMember:
                     self.committed[parsed] = int(offset)
             elif kind == "STARTED":
                 self._started = True
+                self.started_at = now
             elif kind == "CLOSED":
                 self.closed_cleanly = True
             elif kind == "ERROR":
@@ -1026,6 +1056,11 @@ class JavaConsumerMember:
         except ValueError:
             log.warning("%s: cannot parse %r", self.client_id, line)
             return
+        if event is not None and self._on_event is not None:
+            try:
+                self._on_event(event)
+            except Exception:
+                log.exception("%s: on_event failed", self.client_id)
         self._notify()
 
     def _notify(self) -> None:
