@@ -4,10 +4,23 @@ The structure of ``ConsumerFetcherManager`` / ``ConsumerFetcherThread`` (0.10.2)
 partition starts in the *no-leader* set; the leader finder refreshes metadata, hands each
 partition to the fetch loop of its leader (``(broker, fetcher id)`` with fetcher id
 ``abs(31*hash(topic)+partition) % num.consumer.fetchers``), and takes partitions back when a
-fetch fails for them. A fetch loop sends FetchRequests through aiokafka's client, parses the
+fetch fails for them. A fetch loop sends FetchRequests built by aiokafka's classes, parses the
 record batches with aiokafka's (Cython) ``MemoryRecords`` and puts one ``FetchedDataChunk`` per
 partition into the partition's stream queue — a bounded queue, so a slow reader applies
 backpressure.
+
+Memory: the fetch responses in flight count in each stream's budget. A stream's queue holds
+``queued.max.message.chunks`` chunks of at most ``fetch.message.max.bytes``, and one more chunk
+may wait for room (as the original's fetcher thread, blocked in ``chunkQueue.put``, held one);
+a fetch asks only for partitions whose stream has a free slot left once the queued, waiting and
+in-flight chunks are counted, and caps the response (``max_bytes``) at the free slots times
+the fetch size (:func:`plan_fetch`). So a reader 10x slower than the fetcher holds about
+``(queued.max.message.chunks + 2) x fetch.message.max.bytes`` per stream (the chunk it reads
+included), however many partitions feed it.
+
+The responses come over a connection of the fetch loop's own (``kafka/fetch_connection.py``),
+parsed as they arrive: each partition's record set is received straight into a buffer of its
+size, so a response is never held whole in several copies.
 
 Differences from the original, on purpose: an unexpected error in a fetch loop is not
 swallowed by a dying thread (the partitions would stall silently); it propagates to the
@@ -17,9 +30,13 @@ connector's task group. ``fetch.max.bytes`` is honoured (the original sent ``Int
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
+import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -29,13 +46,17 @@ from aiokafka.record.memory_records import MemoryRecords
 from .assignors import java_string_hash
 from .cluster import EARLIEST, LATEST, KafkaClient
 from .errors import BrokerNotAvailableError, ConsumerError, CorruptRecordError, UnknownTopicError
+from .kafka.client import FetchChannel
 from .kafka.crc import SkippedBatch, corrupt_batches
 from .kafka.errors import PartitionError, classify_partition_error, error_name
 from .records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
 
-__all__ = ["ConsumerFetcher", "FetcherManager", "fetcher_id_for"]
+__all__ = ["ConsumerFetcher", "FetchPlan", "FetcherManager", "fetcher_id_for", "plan_fetch"]
 
 log = logging.getLogger(__name__)
+
+_BATCH_HEAD = struct.Struct(">qi")
+"""A record batch (or legacy message) starts with its offset and the length of the rest."""
 
 
 def fetcher_id_for(tp: TopicPartition, num_fetchers: int) -> int:
@@ -46,6 +67,75 @@ def fetcher_id_for(tp: TopicPartition, num_fetchers: int) -> int:
     v = (31 * java_string_hash(tp.topic) + tp.partition) & 0xFFFFFFFF
     v = v - (1 << 32) if v >= (1 << 31) else v
     return abs(v) % num_fetchers
+
+
+@dataclass
+class FetchPlan:
+    """What one fetch request asks for, decided from the partitions and their queues' room.
+
+    Attributes:
+        fetch: the partitions to fetch, in request order.
+        reset: partitions without a valid fetch offset (``auto.offset.reset`` first).
+        slots: ``{id(queue): (queue, slots)}``: the free slots of each stream queue the
+            request may fill; they stay reserved while it is in flight.
+        max_bytes: the request's ``max_bytes``: ``fetch.max.bytes``, capped at the reserved
+            slots times the fetch size.
+        blocked: the queues of partitions left out for want of room.
+    """
+
+    fetch: list[PartitionTopicInfo] = field(default_factory=list)
+    reset: list[PartitionTopicInfo] = field(default_factory=list)
+    slots: dict[int, tuple[asyncio.Queue[Any], int]] = field(default_factory=dict)
+    max_bytes: int = 0
+    blocked: dict[int, asyncio.Queue[Any]] = field(default_factory=dict)
+
+
+def plan_fetch(
+    partitions: Iterable[PartitionTopicInfo],
+    delivering: Container[TopicPartition],
+    free_slots: Callable[[asyncio.Queue[Any]], int],
+    fetch_max_bytes: int,
+) -> FetchPlan:
+    """Decide the next fetch request of a fetch loop (no I/O).
+
+    A partition is fetched when no chunk of it waits for room and its stream queue has a
+    free slot (``free_slots``: capacity, plus one chunk waiting, minus the chunks queued,
+    waiting and in flight). The response is capped at the free slots of the queues involved
+    times their partitions' fetch size, so the bytes in flight never exceed the room left for
+    them, however many partitions share a stream; the per-partition ``maxBytes`` stays
+    ``fetch.message.max.bytes``.
+
+    Args:
+        partitions: the loop's partitions, in the order to ask for them.
+        delivering: partitions whose last chunk still waits for room in its queue.
+        free_slots: the free slots of a stream queue.
+        fetch_max_bytes: ``fetch.max.bytes``.
+
+    Returns:
+        The plan; ``fetch`` is empty when nothing can be fetched now.
+    """
+    plan = FetchPlan()
+    per_queue_bytes: dict[int, int] = {}
+    for pti in partitions:
+        if pti.tp in delivering:
+            continue
+        if pti.fetched_offset < 0:
+            plan.reset.append(pti)
+            continue
+        key = id(pti.queue)
+        if key in plan.blocked:
+            continue
+        if key not in plan.slots:
+            free = free_slots(pti.queue)
+            if free <= 0:
+                plan.blocked[key] = pti.queue
+                continue
+            plan.slots[key] = (pti.queue, free)
+        plan.fetch.append(pti)
+        per_queue_bytes[key] = max(per_queue_bytes.get(key, 0), pti.fetch_size)
+    room = sum(per_queue_bytes[k] * n for k, (_, n) in plan.slots.items())
+    plan.max_bytes = max(1, min(fetch_max_bytes, room))
+    return plan
 
 
 class ConsumerFetcher:
@@ -114,24 +204,35 @@ class ConsumerFetcher:
 
     async def run(self) -> None:
         """Fetch until cancelled."""
+        channel = self.manager.kafka.fetch_channel(self.node_id)
+        try:
+            await self._run(channel)
+        finally:
+            channel.close()
+
+    async def _run(self, channel: FetchChannel) -> None:
         config = self.manager.config
         kafka = self.manager.kafka
         backoff_s = config.refresh_leader_backoff_ms / 1000
         delivering = self._delivering
+        manager = self.manager
         while True:
-            fetchable = [p for tp, p in self.partitions.items() if tp not in delivering]
-            if not fetchable:
-                # Nothing to fetch until a partition is added or a full queue takes its chunk.
-                self._wakeup = anyio.Event()
-                await self._wakeup.wait()
+            plan = plan_fetch(
+                self.partitions.values(), delivering, manager.free_slots, config.fetch_max_bytes
+            )
+            if plan.reset:
+                await self._reset_offsets(plan.reset)
                 continue
-            to_reset = [p for p in fetchable if p.fetched_offset < 0]
-            if to_reset:
-                await self._reset_offsets(to_reset)
+            if not plan.fetch:
+                # Nothing to fetch until a partition is added, a waiting chunk enters its
+                # queue, or a reader makes room in a full one.
+                self._wakeup = anyio.Event()
+                with manager.notify_on_room(plan.blocked.values(), self._wakeup):
+                    await self._wakeup.wait()
                 continue
             by_topic: dict[str, list[tuple[int, int, int]]] = {}
             offsets: dict[TopicPartition, int] = {}
-            for pti in fetchable:
+            for pti in plan.fetch:
                 tp = pti.tp
                 by_topic.setdefault(tp.topic, []).append(
                     (tp.partition, pti.fetched_offset, pti.fetch_size)
@@ -140,31 +241,43 @@ class ConsumerFetcher:
             request = FetchRequest(
                 config.fetch_wait_max_ms,
                 config.fetch_min_bytes,
-                config.fetch_max_bytes,
+                plan.max_bytes,
                 0,  # read_uncommitted, as the original (no transactions then)
                 list(by_topic.items()),
             )
-            started = time.monotonic()
-            try:
-                response = await kafka.send(self.node_id, request)
-            except BrokerNotAvailableError as e:
-                log.warning("fetch from broker %s failed: %s", self.node_id, e)
-                self._remove_with_error(list(self.partitions))
-                await anyio.sleep(backoff_s)
-                continue
-            self.requests += 1
-            metrics = self.manager.metrics
-            if metrics is not None:
-                size = sum(len(part[-1] or b"") for _, parts in response.topics for part in parts)
-                metrics.record_fetch(
-                    kafka.broker_address(self.node_id),
-                    (time.monotonic() - started) * 1000.0,
-                    size,
-                    float(getattr(response, "throttle_time_ms", 0) or 0),
-                )
-            await self._process_response(response, offsets)
+            with manager.reserve(plan.slots.values()):
+                started = time.monotonic()
+                try:
+                    response = await channel.fetch(request, config.fetch_wait_max_ms)
+                except BrokerNotAvailableError as e:
+                    log.warning("fetch from broker %s failed: %s", self.node_id, e)
+                    self._remove_with_error(list(self.partitions))
+                    await anyio.sleep(backoff_s)
+                    continue
+                self.requests += 1
+                metrics = manager.metrics
+                if metrics is not None:
+                    size = sum(
+                        len(part[-1] or b"") for _, parts in response.topics for part in parts
+                    )
+                    metrics.record_fetch(
+                        kafka.broker_address(self.node_id),
+                        (time.monotonic() - started) * 1000.0,
+                        size,
+                        float(getattr(response, "throttle_time_ms", 0) or 0),
+                    )
+                fetched = await self._process_response(response, offsets)
+            # The partitions that got data go to the back: when the response is capped, the
+            # ones left out come first next time.
+            for tp in fetched:
+                if tp in self.partitions:
+                    self.partitions[tp] = self.partitions.pop(tp)
 
-    async def _process_response(self, response: Any, offsets: dict[TopicPartition, int]) -> None:
+    async def _process_response(
+        self, response: Any, offsets: dict[TopicPartition, int]
+    ) -> list[TopicPartition]:
+        """Hand the response's chunks over; returns the partitions that got records."""
+        fetched: list[TopicPartition] = []
         errored: list[TopicPartition] = []
         out_of_range: list[PartitionTopicInfo] = []
         for topic, parts in response.topics:
@@ -177,7 +290,8 @@ class ConsumerFetcher:
                 err = classify_partition_error(error_code)
                 if err is PartitionError.NONE:
                     self.manager.record_highwater(tp, highwater)
-                    await self._enqueue(pti, fetch_offset, part_data[-1])
+                    if await self._enqueue(pti, fetch_offset, part_data[-1]):
+                        fetched.append(tp)
                 elif err is PartitionError.OFFSET_OUT_OF_RANGE:
                     out_of_range.append(pti)
                 else:
@@ -190,8 +304,9 @@ class ConsumerFetcher:
         if errored:
             self._remove_with_error(errored)
             await anyio.sleep(self.manager.config.refresh_leader_backoff_ms / 1000)
+        return fetched
 
-    async def _enqueue(self, pti: PartitionTopicInfo, fetch_offset: int, data: Any) -> None:
+    async def _enqueue(self, pti: PartitionTopicInfo, fetch_offset: int, data: Any) -> bool:
         """Parse a partition's record set and hand it to its stream's queue.
 
         As ``PartitionTopicInfo.enqueue``, but without its head-of-line blocking: when the
@@ -207,9 +322,11 @@ class ConsumerFetcher:
         batches before it are handed over and the next fetch starts at it; when it is the
         first, the iterator gets a chunk that raises ``CorruptRecordError`` and the partition
         stops being fetched (as for a batch that is too large).
+
+        Returns whether a chunk was handed over.
         """
         if not data:
-            return
+            return False
         config = self.manager.config
         records = MemoryRecords(data)
         batches: list[Any] = []
@@ -245,11 +362,15 @@ class ConsumerFetcher:
             self._mark_corrupt(pti)
             self.partitions.pop(pti.tp, None)
             self._hand_over(FetchedDataChunk((), pti, fetch_offset, error=corrupt), fetch_offset)
-        elif records.size_in_bytes() > 0:
+        elif _too_large(data, pti.fetch_size):
             # A batch larger than fetch.message.max.bytes: it can never be returned. Hand the
             # iterator a chunk that raises MessageSizeTooLargeError and stop fetching it.
             self.partitions.pop(pti.tp, None)
             self._hand_over(FetchedDataChunk((), pti, fetch_offset, too_large=True), fetch_offset)
+        else:
+            # Only the start of a batch that fits: the response's max_bytes cut it short.
+            return False
+        return True
 
     def _skip_corrupt(
         self, pti: PartitionTopicInfo, error: CorruptRecordError, position: int
@@ -278,6 +399,7 @@ class ConsumerFetcher:
             pti.queue.put_nowait(chunk)
         except asyncio.QueueFull:
             self._delivering.add(pti.tp)
+            self.manager.waiting_chunk(pti.queue, +1)
             self.manager.spawn(self._deliver, chunk, next_offset)
             return
         if pti.active and pti.fetched_offset == chunk.fetch_offset:
@@ -291,8 +413,18 @@ class ConsumerFetcher:
             if pti.active and pti.fetched_offset == chunk.fetch_offset:
                 pti.fetched_offset = next_offset
         finally:
+            self.manager.waiting_chunk(pti.queue, -1)
             self._delivering.discard(pti.tp)
             self._wakeup.set()
+
+
+def _too_large(data: Any, fetch_size: int) -> bool:
+    """Whether a record set without a complete batch starts with one larger than the fetch
+    size (it can never be fetched), rather than with one the response's ``max_bytes`` cut."""
+    if len(data) < _BATCH_HEAD.size:
+        return len(data) >= fetch_size
+    _, length = _BATCH_HEAD.unpack_from(data)
+    return bool(_BATCH_HEAD.size + length > fetch_size)
 
 
 class FetcherManager:
@@ -320,6 +452,9 @@ class FetcherManager:
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
         self._tg: Any = None
+        # Per stream queue (by id): slots reserved by fetches in flight, chunks waiting.
+        self._in_flight: dict[int, int] = {}
+        self._waiting: dict[int, int] = {}
 
     @property
     def running(self) -> bool:
@@ -375,6 +510,8 @@ class FetcherManager:
         finally:
             self._tg = None
             self.fetchers = {}
+            self._in_flight = {}
+            self._waiting = {}
             done.set()
 
     async def stop_connections(self) -> None:
@@ -440,6 +577,83 @@ class FetcherManager:
                 self._no_leader[pti.tp] = pti
         if self._no_leader:
             self._no_leader_event.set()
+
+    def free_slots(self, queue: asyncio.Queue[Any]) -> int:
+        """Chunks a fetch may still bring for a stream: its capacity plus one waiting for
+        room, less the chunks queued, waiting and reserved by fetches in flight."""
+        key = id(queue)
+        return (
+            queue.maxsize
+            + 1
+            - queue.qsize()
+            - self._waiting.get(key, 0)
+            - self._in_flight.get(key, 0)
+        )
+
+    @contextlib.contextmanager
+    def reserve(self, slots: Iterable[tuple[asyncio.Queue[Any], int]]) -> Any:
+        """Hold queue slots for a fetch in flight (released when its chunks are handed over,
+        or the fetch failed or was cancelled)."""
+        held = [(id(q), n) for q, n in slots]
+        for key, n in held:
+            self._in_flight[key] = self._in_flight.get(key, 0) + n
+        try:
+            yield
+        finally:
+            for key, n in held:
+                left = self._in_flight.get(key, 0) - n
+                if left > 0:
+                    self._in_flight[key] = left
+                else:
+                    self._in_flight.pop(key, None)
+
+    def waiting_chunk(self, queue: asyncio.Queue[Any], delta: int) -> None:
+        """Count a chunk starting (+1) or ending (-1) its wait for room in ``queue``."""
+        key = id(queue)
+        n = self._waiting.get(key, 0) + delta
+        if n > 0:
+            self._waiting[key] = n
+        else:
+            self._waiting.pop(key, None)
+
+    @contextlib.contextmanager
+    def notify_on_room(self, queues: Iterable[asyncio.Queue[Any]], event: anyio.Event) -> Any:
+        """Set ``event`` when a reader takes a chunk from one of ``queues`` (while inside).
+
+        asyncio's queue has no public "wait until not full": this registers a waiter as its
+        own ``put`` does (a future in ``_putters``; ``get`` wakes the first). A get wakes one
+        waiter only, so a woken one passes the wake-up on to the next (a chunk waiting in
+        ``put`` must not miss it), and one left unused is taken out again.
+        """
+        loop = asyncio.get_running_loop()
+        registered: list[tuple[Any, asyncio.Future[None]]] = []
+
+        def woken(fut: asyncio.Future[None], putters: Any) -> None:
+            event.set()
+            if fut.cancelled():
+                return
+            while putters:
+                waiter = putters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    break
+
+        for queue in queues:
+            putters = getattr(queue, "_putters", None)
+            if putters is None:  # pragma: no cover - another Queue implementation
+                continue
+            fut: asyncio.Future[None] = loop.create_future()
+            fut.add_done_callback(functools.partial(woken, putters=putters))
+            putters.append(fut)
+            registered.append((putters, fut))
+        try:
+            yield
+        finally:
+            for putters, fut in registered:
+                if not fut.done():
+                    fut.cancel()
+                with contextlib.suppress(ValueError):
+                    putters.remove(fut)
 
     def spawn(self, fn: Any, *args: Any) -> None:
         """Run a task owned by the fetchers' task group (cancelled with them)."""

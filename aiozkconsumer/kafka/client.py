@@ -4,7 +4,8 @@
 aiozk: it translates aiokafka's exceptions into ``aiozkconsumer.errors`` (none escapes), reads
 leaders and partitions from Kafka metadata (as the original's ``LeaderFinderThread`` with a
 ``TopicMetadataRequest``) and asks leaders for offsets (ListOffsets). Requests to the group
-coordinator go over ``channel.py``'s ``OffsetsChannel``.
+coordinator go over ``channel.py``'s ``OffsetsChannel``; each fetch loop's Fetch requests go
+over a :class:`FetchChannel` (a connection of its own, ``fetch_connection.py``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from ..errors import (
 )
 from ..records import TopicPartition
 from .errors import AiokafkaError, PartitionError, classify_partition_error, error_name
+from .fetch_connection import MAX_VERSION, MIN_VERSION, FetchConnection
 
-__all__ = ["EARLIEST", "LATEST", "KafkaClient"]
+__all__ = ["EARLIEST", "LATEST", "FetchChannel", "KafkaClient"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ class KafkaClient:
         retry_backoff_ms: int = 200,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self._client_id = client_id
+        self._request_timeout_s = request_timeout_ms / 1000
         self._client = AIOKafkaClient(
             bootstrap_servers=bootstrap_servers.split(","),
             client_id=client_id,
@@ -170,6 +174,36 @@ class KafkaClient:
                 f"request to {self.broker_address(node_id)} failed: {e!r}"
             ) from e
 
+    def fetch_channel(self, node_id: int, *, dedicated: bool = True) -> FetchChannel:
+        """A channel for one fetch loop's Fetch requests to ``node_id`` (close it when done).
+
+        Args:
+            node_id: the broker.
+            dedicated: use a connection of the loop's own (``fetch_connection.py``); when
+                ``False``, or the negotiated Fetch version is not one it parses, requests go
+                over aiokafka's shared connection as :meth:`send`.
+        """
+        return FetchChannel(self, node_id, dedicated=dedicated)
+
+    async def api_versions(self, node_id: int) -> dict[int, tuple[int, int]]:
+        """``{api key: (min, max)}`` aiokafka negotiated with ``node_id`` (ApiVersions).
+
+        Raises:
+            BrokerNotAvailableError: the broker could not be reached.
+        """
+        try:
+            ready = await self._client.ready(node_id)
+        except AiokafkaError as e:
+            raise BrokerNotAvailableError(f"broker {node_id} not reachable: {e!r}") from e
+        conn = self._client._conns.get((node_id, ConnectionGroup.DEFAULT))
+        if not ready or conn is None:
+            raise BrokerNotAvailableError(f"broker {self.broker_address(node_id)} not reachable")
+        return dict(conn._versions)
+
+    def _broker_host_port(self, node_id: int) -> tuple[str, int] | None:
+        md = self._client.cluster.broker_metadata(node_id)
+        return None if md is None else (str(md.host), int(md.port))
+
     async def list_offsets(
         self, node_id: int, timestamps: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, int]:
@@ -231,6 +265,69 @@ class KafkaClient:
 
     def __repr__(self) -> str:
         return f"<KafkaClient {self.bootstrap_servers} [{'started' if self._started else 'new'}]>"
+
+
+class FetchChannel:
+    """Where one fetch loop sends its FetchRequests to one broker.
+
+    The request is built by aiokafka's ``FetchRequest`` at the version aiokafka negotiated
+    with the broker. Versions 4-11 go over a :class:`~.fetch_connection.FetchConnection` of
+    this channel's own, which reads the response without re-buffering it; any other version
+    (or ``dedicated=False``) over aiokafka's shared connection. Either way the response has
+    ``topics`` (``[(topic, [(partition, error code, high watermark, ..., records)])]``) and
+    ``throttle_time_ms``.
+
+    Args:
+        kafka: the client.
+        node_id: the broker.
+        dedicated: whether to use a connection of its own.
+    """
+
+    def __init__(self, kafka: KafkaClient, node_id: int, *, dedicated: bool = True) -> None:
+        self._kafka = kafka
+        self.node_id = node_id
+        self.dedicated = dedicated
+        self._versions: dict[int, tuple[int, int]] | None = None
+        self.connection = FetchConnection(
+            node_id,
+            lambda: kafka._broker_host_port(node_id),
+            kafka._client_id,
+            kafka._request_timeout_s,
+        )
+
+    async def fetch(self, request: Any, max_wait_ms: int) -> Any:
+        """Send a FetchRequest and return its response.
+
+        Args:
+            request: an aiokafka ``FetchRequest``.
+            max_wait_ms: its ``max_wait_time`` (the time limit allows for it).
+
+        Raises:
+            BrokerNotAvailableError: the broker could not be reached, the request failed or
+                timed out.
+        """
+        if not self.dedicated:
+            return await self._kafka.send(self.node_id, request)
+        if self._versions is None:
+            self._versions = await self._kafka.api_versions(self.node_id)
+        try:
+            struct = request.prepare(self._versions)
+        except AiokafkaError as e:
+            raise BrokerNotAvailableError(f"no Fetch version for broker {self.node_id}") from e
+        if not MIN_VERSION <= struct.API_VERSION <= MAX_VERSION:
+            return await self._kafka.send(self.node_id, request)
+        try:
+            return await self.connection.fetch(struct, max_wait_ms)
+        except BrokerNotAvailableError:
+            self._versions = None  # the broker may come back as another version
+            raise
+
+    def close(self) -> None:
+        """Close the channel's own connection (never raises)."""
+        self.connection.close()
+
+    def __repr__(self) -> str:
+        return f"<FetchChannel broker {self.node_id} {self.connection!r}>"
 
 
 async def send_coordination(kafka: KafkaClient, node: int, request: Any, timeout_s: float) -> Any:

@@ -1,0 +1,448 @@
+"""The fetch loop's own connection (``kafka/fetch_connection.py``) and the fetch memory budget.
+
+Unit tests decode FetchResponses that aiokafka's own protocol classes encode, fed to the push
+parser in pieces of every size, and check the fetch plan (``plan_fetch``) without servers.
+Integration tests (real Kafka 3.9 ZooKeeper mode and Kafka 4 KRaft) compare what the own
+connection and aiokafka's shared one return for the same request, reconnect after a dropped
+connection, and hold a stream nobody reads to its budget however many partitions feed it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import struct
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from aiokafka.protocol.fetch import (
+    FetchRequest,
+    FetchResponse_v4,
+    FetchResponse_v5,
+    FetchResponse_v7,
+    FetchResponse_v11,
+)
+
+from aiozkconsumer import ConsumerConfig
+from aiozkconsumer.errors import BrokerNotAvailableError
+from aiozkconsumer.fetcher import FetcherManager, _too_large, plan_fetch
+from aiozkconsumer.kafka.client import KafkaClient
+from aiozkconsumer.kafka.fetch_connection import (
+    READ_AHEAD,
+    FetchConnection,
+    FetchResponseParser,
+)
+from aiozkconsumer.records import PartitionTopicInfo, TopicPartition
+from aiozkconsumer.testing import LocalCluster
+
+# -- the parser, without servers ----------------------------------------------------------
+
+
+def _partitions(version: int, records: list[bytes | None]) -> list[tuple[Any, ...]]:
+    parts: list[tuple[Any, ...]] = []
+    for i, data in enumerate(records):
+        aborted = [(7, 100 + i)] if i % 2 else None
+        row: list[Any] = [i, 0 if i != 2 else 1, 1000 + i, 900 + i]
+        if version >= 5:
+            row.append(10 + i)
+        row.append(aborted)
+        if version >= 11:
+            row.append(-1)
+        row.append(data)
+        parts.append(tuple(row))
+    return parts
+
+
+def _encoded(
+    version: int, correlation_id: int, topics: list[tuple[str, list[bytes | None]]]
+) -> bytes:
+    cls = {4: FetchResponse_v4, 5: FetchResponse_v5, 7: FetchResponse_v7, 11: FetchResponse_v11}
+    body_topics = [(t, _partitions(version, recs)) for t, recs in topics]
+    if version >= 7:
+        body = cls[version](12, 0, 0, body_topics).encode()
+    else:
+        body = cls[version](12, body_topics).encode()
+    message = struct.pack(">i", correlation_id) + body
+    return struct.pack(">i", len(message)) + message
+
+
+def _feed(parser: FetchResponseParser, data: bytes, rng: random.Random) -> int:
+    """Feed ``data`` in random pieces as recv_into would; returns the bytes taken."""
+    pos = 0
+    while pos < len(data) and not parser.done:
+        buf = parser.buffer()
+        n = min(len(buf), len(data) - pos, rng.choice([1, 3, 7, 64, 4096, 1 << 20]))
+        buf[:n] = data[pos : pos + n]
+        parser.filled(n)
+        pos += n
+    return pos
+
+
+TOPICS: list[tuple[str, list[bytes | None]]] = [
+    ("alpha", [b"x" * 1000, b"", None, bytes(range(256)) * 50]),
+    ("beta-ü", [b"y" * 3]),
+    ("empty", []),
+]
+
+
+@pytest.mark.parametrize("version", [4, 5, 7, 11])
+@pytest.mark.parametrize("seed", range(5))
+def test_the_parser_decodes_what_aiokafka_encodes_in_any_pieces(version: int, seed: int) -> None:
+    data = _encoded(version, 42, TOPICS)
+    parser = FetchResponseParser(version, 42)
+    assert _feed(parser, data, random.Random(seed)) == len(data)
+    assert parser.done
+    resp = parser.response
+    assert resp.throttle_time_ms == 12 and resp.size == len(data) - 4
+    assert [t for t, _ in resp.topics] == [t for t, _ in TOPICS]
+    for (_, parts), (_, recs) in zip(resp.topics, TOPICS, strict=True):
+        assert [p[-1] for p in parts] == recs
+        for i, (partition, error, hw, lso, log_start, aborted, _) in enumerate(parts):
+            assert (partition, error, hw, lso) == (i, 0 if i != 2 else 1, 1000 + i, 900 + i)
+            assert log_start == (10 + i if version >= 5 else -1)
+            assert aborted == ([(7, 100 + i)] if i % 2 else None)
+            assert all(type(p[-1]) is bytes for p in parts if p[-1] is not None)
+    assert parser.bytes_copied == sum(len(r or b"") for _, rs in TOPICS for r in rs)
+
+
+def test_the_parser_receives_a_record_set_into_one_buffer() -> None:
+    """Headers come with a read-ahead receive, the rest of a record set in one receive into
+    its own buffer: no re-buffering per piece the socket delivers."""
+    payload = b"z" * 100_000
+    data = _encoded(11, 1, [("t", [payload])])
+    parser = FetchResponseParser(11, 1)
+    sizes = []
+    pos = 0
+    while not parser.done:
+        buf = parser.buffer()
+        sizes.append(len(buf))
+        buf[:] = data[pos : pos + len(buf)]
+        pos += len(buf)
+        parser.filled(len(buf))
+    assert pos == len(data)
+    # The length prefix, one read-ahead (headers and the record set's start), the rest.
+    assert sizes == [4, READ_AHEAD, len(data) - 4 - READ_AHEAD]
+    assert parser.response.topics[0][1][0][-1] == payload
+
+
+def test_header_fields_longer_than_the_read_ahead() -> None:
+    aborted = [(i, 10 * i) for i in range(READ_AHEAD // 16 + 100)]
+    body = FetchResponse_v11(0, 0, 0, [("t", [(0, 0, 5, 5, 0, aborted, -1, b"abc")])]).encode()
+    message = struct.pack(">i", 9) + body
+    data = struct.pack(">i", len(message)) + message
+    parser = FetchResponseParser(11, 9)
+    assert _feed(parser, data, random.Random(1)) == len(data) and parser.done
+    ((_, ((_, _, _, _, _, got, records),)),) = parser.response.topics
+    assert got == aborted and records == b"abc"
+
+
+def test_a_response_to_another_request_is_refused() -> None:
+    parser = FetchResponseParser(11, 5)
+    with pytest.raises(ValueError, match="correlation id 6"):
+        _feed(parser, _encoded(11, 6, TOPICS), random.Random(0))
+
+
+def test_a_length_beyond_the_response_is_refused() -> None:
+    data = bytearray(_encoded(7, 3, [("t", [b"abc"])]))
+    struct.pack_into(">i", data, 0, len(data) - 4 - 2)  # the prefix says 2 bytes less
+    with pytest.raises(ValueError, match="beyond the response"):
+        _feed(FetchResponseParser(7, 3), bytes(data), random.Random(0))
+
+
+def test_unparsed_versions_are_refused() -> None:
+    with pytest.raises(ValueError):
+        FetchResponseParser(12, 1)
+
+
+# -- the fetch plan, without servers ------------------------------------------------------
+
+
+def _pti(
+    partition: int, queue: asyncio.Queue[Any], offset: int = 0, size: int = 1000
+) -> PartitionTopicInfo:
+    return PartitionTopicInfo("t", partition, queue, offset, offset, size, "test")
+
+
+def test_the_plan_caps_the_response_at_the_free_slots() -> None:
+    q1: asyncio.Queue[Any] = asyncio.Queue(2)
+    q2: asyncio.Queue[Any] = asyncio.Queue(2)
+    ptis = [_pti(p, q1) for p in range(4)] + [_pti(4, q2)]
+    free = {id(q1): 1, id(q2): 3}
+    plan = plan_fetch(ptis, set(), lambda q: free[id(q)], 50_000_000)
+    # Every partition is asked for (none waits behind an empty one) ...
+    assert [p.partition for p in plan.fetch] == [0, 1, 2, 3, 4]
+    # ... but the response cannot bring more than the room left: 1 + 3 slots of 1000 bytes.
+    assert plan.max_bytes == 4000
+    assert {k: n for k, (_, n) in plan.slots.items()} == free
+    assert plan.blocked == {}
+
+
+def test_a_full_stream_is_left_out_and_others_go_on() -> None:
+    full: asyncio.Queue[Any] = asyncio.Queue(1)
+    other: asyncio.Queue[Any] = asyncio.Queue(1)
+    ptis = [_pti(0, full), _pti(1, other), _pti(2, other, offset=-1), _pti(3, other)]
+    free = {id(full): 0, id(other): 2}
+    plan = plan_fetch(ptis, {TopicPartition("t", 3)}, lambda q: free[id(q)], 1500)
+    assert [p.partition for p in plan.fetch] == [1]
+    assert [p.partition for p in plan.reset] == [2]
+    assert list(plan.blocked.values()) == [full]
+    assert plan.max_bytes == 1500  # fetch.max.bytes is the lower cap here
+
+
+def test_nothing_to_fetch_when_every_stream_is_full() -> None:
+    q: asyncio.Queue[Any] = asyncio.Queue(1)
+    plan = plan_fetch([_pti(0, q), _pti(1, q)], set(), lambda _q: 0, 1 << 20)
+    assert plan.fetch == [] and list(plan.blocked.values()) == [q]
+
+
+def test_a_cut_batch_is_not_too_large() -> None:
+    head = struct.pack(">qi", 0, 5000 - 12)  # a 5000-byte batch
+    assert not _too_large(head + b"\0" * 100, 8000)  # cut by max_bytes: fetch it again
+    assert _too_large(head + b"\0" * 100, 4000)  # can never fit in 4000 bytes
+    assert not _too_large(b"\0" * 5, 8000)
+
+
+async def test_room_in_a_queue_wakes_the_fetcher_and_a_waiting_put() -> None:
+    manager = FetcherManager(None, ConsumerConfig(group_id="g", zookeeper_connect="x:1"))  # type: ignore[arg-type]
+    queue: asyncio.Queue[Any] = asyncio.Queue(1)
+    queue.put_nowait("a")
+    event = anyio.Event()
+    with manager.notify_on_room([queue], event):
+        put = asyncio.create_task(queue.put("b"))  # a chunk waiting for room, after us
+        await asyncio.sleep(0)
+        assert queue.get_nowait() == "a"
+        await event.wait()
+        # The get woke our waiter first; the waiting put must not have missed its turn.
+        await asyncio.wait_for(put, 5)
+    assert queue.get_nowait() == "b"
+    assert not queue._putters  # type: ignore[attr-defined]
+
+
+# -- against real brokers -----------------------------------------------------------------
+
+pytest_integration = pytest.mark.integration
+
+
+@pytest.fixture
+async def kafka(zk_kafka_cluster: LocalCluster) -> AsyncIterator[KafkaClient]:
+    client = KafkaClient(zk_kafka_cluster.bootstrap_servers, client_id="test-fetch-conn")
+    await client.start()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def _compare_paths(cluster: LocalCluster, kafka: KafkaClient, topic: str) -> None:
+    await cluster.create_topic(topic, 3)
+    await cluster.produce_to_partitions(
+        topic, {p: [(b"k%d" % i, b"v" * (i * 37 % 700)) for i in range(300)] for p in range(3)}
+    )
+    assert await kafka.refresh_metadata([topic])
+    by_leader: dict[int, list[int]] = {}
+    for p in range(3):
+        leader = kafka.leader_for(TopicPartition(topic, p))
+        assert leader is not None
+        by_leader.setdefault(leader, []).append(p)
+    for node, parts in by_leader.items():
+        requests = [
+            # Whole partitions; one cut short by max_bytes; one past its end (empty);
+            # one offset out of range (an error).
+            FetchRequest(100, 1, 10_000_000, 0, [(topic, [(p, 0, 1 << 20) for p in parts])]),
+            FetchRequest(100, 1, 10_000_000, 0, [(topic, [(p, 7, 100) for p in parts])]),
+            FetchRequest(100, 1, 10_000_000, 0, [(topic, [(p, 300, 1 << 20) for p in parts])]),
+            FetchRequest(100, 1, 10_000_000, 0, [(topic, [(p, 10**6, 1 << 20) for p in parts])]),
+        ]
+        own = kafka.fetch_channel(node)
+        shared = kafka.fetch_channel(node, dedicated=False)
+        copied = 0
+        try:
+            for request in requests:
+                a = await own.fetch(request, 100)
+                b = await shared.fetch(request, 100)
+                rows_a = [(t, [(p[0], p[1], p[2], p[-1]) for p in ps]) for t, ps in a.topics]
+                rows_b = [(t, [(p[0], p[1], p[2], p[-1]) for p in ps]) for t, ps in b.topics]
+                assert rows_a == rows_b
+                copied += sum(len(p[-1] or b"") for _, ps in a.topics for p in ps)
+        finally:
+            own.close()
+            shared.close()
+        assert own.connection.requests == len(requests)  # all went over the own connection
+        assert own.connection.bytes_copied == copied > 0
+
+
+@pytest_integration
+async def test_the_own_connection_returns_what_aiokafka_returns(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, kafka: KafkaClient
+) -> None:
+    await _compare_paths(zk_kafka_cluster, kafka, unique_topic)
+
+
+@pytest_integration
+async def test_the_own_connection_returns_what_aiokafka_returns_kraft(
+    kraft_cluster: LocalCluster, unique_topic: str
+) -> None:
+    client = KafkaClient(kraft_cluster.bootstrap_servers, client_id="test-fetch-conn")
+    await client.start()
+    try:
+        await _compare_paths(kraft_cluster, client, unique_topic)
+    finally:
+        await client.close()
+
+
+@pytest_integration
+async def test_a_dropped_connection_fails_the_fetch_and_the_next_reconnects(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, kafka: KafkaClient
+) -> None:
+    await zk_kafka_cluster.create_topic(unique_topic, 1)
+    await zk_kafka_cluster.produce(unique_topic, [(None, b"v")], partition=0)
+    assert await kafka.refresh_metadata([unique_topic])
+    node = kafka.leader_for(TopicPartition(unique_topic, 0))
+    assert node is not None
+    channel = kafka.fetch_channel(node)
+    try:
+        # Past the log end: the broker holds the request for max_wait; drop it meanwhile.
+        waiting = FetchRequest(5000, 1, 1 << 20, 0, [(unique_topic, [(0, 1, 1 << 20)])])
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+
+                async def drop() -> None:
+                    await anyio.sleep(0.5)
+                    assert channel.connection.connected
+                    proto = channel.connection._protocol
+                    assert proto is not None and proto.transport is not None
+                    proto.transport.abort()
+
+                tg.start_soon(drop)
+                with pytest.raises(BrokerNotAvailableError):
+                    await channel.fetch(waiting, 5000)
+        assert not channel.connection.connected
+        ok = FetchRequest(100, 1, 1 << 20, 0, [(unique_topic, [(0, 0, 1 << 20)])])
+        resp = await channel.fetch(ok, 100)
+        assert resp.topics[0][1][0][-1]
+    finally:
+        channel.close()
+
+
+@pytest_integration
+async def test_an_unreachable_broker_is_broker_not_available() -> None:
+    with socket_port() as port:
+        conn = FetchConnection(1, lambda: ("127.0.0.1", port), "test", 2.0)
+        request = FetchRequest(100, 1, 1 << 20, 0, [("t", [(0, 0, 1 << 20)])])
+        with pytest.raises(BrokerNotAvailableError):
+            await conn.fetch(request.build(_v11()), 100)
+        conn.close()
+
+
+def _v11() -> Any:
+    from aiokafka.protocol.fetch import FetchRequest_v11
+
+    return FetchRequest_v11
+
+
+class socket_port:
+    """A loopback port nothing listens on (bound, never listened)."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        return int(self._sock.getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        self._sock.close()
+
+
+@pytest_integration
+async def test_an_unread_stream_holds_its_budget_however_many_partitions_feed_it(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str, kafka: KafkaClient
+) -> None:
+    """One stream of 6 partitions, 1 queued chunk: the fetcher brings at most 2 chunks
+    (the queued one and one waiting for room) and stops; before, every partition parked a
+    chunk of its own (6 in all)."""
+    cluster, topic = zk_kafka_cluster, unique_topic
+    await cluster.create_topic(topic, 6)
+    await cluster.produce_to_partitions(
+        topic, {p: [(None, b"x" * 200) for _ in range(50)] for p in range(6)}
+    )
+    config = ConsumerConfig(
+        group_id=unique_group_id,
+        zookeeper_connect=cluster.zookeeper_connect,
+        fetch_message_max_bytes=4000,
+        queued_max_message_chunks=1,
+    )
+    queue: asyncio.Queue[Any] = asyncio.Queue(1)
+    ptis = [
+        PartitionTopicInfo(topic, p, queue, 0, 0, config.fetch_message_max_bytes, "t")
+        for p in range(6)
+    ]
+    manager = FetcherManager(kafka, config)
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            await manager.start_connections(ptis, tg)
+            try:
+                for _ in range(1200):
+                    if queue.full() and any(f._delivering for f in manager.fetchers.values()):
+                        break
+                    await anyio.sleep(0.05)
+                await anyio.sleep(1.0)  # time for more fetches, if any were to come
+                waiting = sum(len(f._delivering) for f in manager.fetchers.values())
+                assert queue.qsize() == 1 and waiting == 1
+                assert manager.free_slots(queue) == 0
+                assert sum(p.fetched_offset > 0 for p in ptis) == 1  # only the queued chunk's
+                # Reading makes room: the waiting chunk goes in and fetching resumes.
+                seen = {queue.get_nowait().topic_info.partition}
+                with anyio.fail_after(30):
+                    while len(seen) < 6:
+                        seen.add((await queue.get()).topic_info.partition)
+                assert seen == set(range(6))
+            finally:
+                await manager.stop_connections()
+
+
+class _FakeBroker:
+    """A loopback server that reads one request and answers ``reply`` (or nothing)."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        self.reply = reply
+        self.done = asyncio.Event()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            await reader.readexactly(size)
+            if self.reply is not None:
+                writer.write(self.reply)
+            with contextlib.suppress(ConnectionError):
+                await reader.read()  # until the client drops the connection
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+            self.done.set()
+
+
+@pytest.mark.parametrize(
+    ("reply", "match"),
+    [(None, "TimeoutError"), (_encoded(11, 999, TOPICS), "correlation id 999")],
+    ids=["silent", "out-of-sync"],
+)
+async def test_a_silent_or_out_of_sync_broker_is_broker_not_available(
+    reply: bytes | None, match: str
+) -> None:
+    broker = _FakeBroker(reply)
+    server = await asyncio.start_server(broker.handle, "127.0.0.1", 0)
+    port = int(server.sockets[0].getsockname()[1])
+    async with server:
+        conn = FetchConnection(1, lambda: ("127.0.0.1", port), "test", 0.5)
+        request = FetchRequest(100, 1, 1 << 20, 0, [("t", [(0, 0, 1 << 20)])])
+        with anyio.fail_after(10):
+            with pytest.raises(BrokerNotAvailableError, match=match):
+                await conn.fetch(request.build(_v11()), 100)
+            assert not conn.connected  # dropped: the next fetch starts on a fresh connection
+            await broker.done.wait()
+        conn.close()
