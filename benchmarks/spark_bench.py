@@ -6,6 +6,14 @@ the same sink (an aggregation over ``value``, so every record is materialised). 
 first runs once on a small warm-up topic, so that both measured runs find the JVM and Spark's
 Python workers warm.
 
+Each query is reported three ways: its start-up (``start()`` to the end of the first batch:
+for a Python source that includes PySpark's planning process and, for ``zkkafka``, joining
+the group), its steady state (records/s over batches 2..n, from the end of batch 1 to the end
+of the last), and end to end (``start()`` to termination). The whole run is repeated on each
+master of ``--masters``: ``local`` (``local[*]``) and ``standalone`` (a Spark standalone
+master and two workers of 1 core each, ``aiozkconsumer.testing.SparkStandaloneCluster``:
+executors in JVMs of their own); the session's creation is timed apart.
+
 Spark's Kafka source (``spark-sql-kafka-0-10_2.13``) is not in the PySpark wheel: its jars are
 resolved from Maven Central by ``mvn dependency:copy-dependencies`` from the pinned pom next to
 this file, into ``~/.cache/aiozkconsumer/spark-sql-kafka-<version>/libs`` (like the broker
@@ -15,14 +23,16 @@ Usage::
 
     .venv/bin/python benchmarks/spark_bench.py --records 500000 --max-offsets-per-trigger 100000
 
-Prints both rates and their ratio; writes ``spark_bench.json`` and ``spark_bench.md`` into
-``--out-dir``. Not a test: nothing here asserts on speed.
+Prints, per master and source, start-up, steady state and end to end; writes
+``spark_bench.json`` and ``spark_bench.md`` into ``--out-dir``. Not a test: nothing here
+asserts on speed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -34,8 +44,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -133,6 +144,17 @@ class Run:
     outside_batches_s: float
     """Query time outside the batches' ``triggerExecution``: start-up (for a Python source,
     PySpark's planning process), the first planning and stop."""
+    startup_s: float = 0.0
+    """``start()`` to the end of the first batch."""
+    steady_records_per_s: float = 0.0
+    """Records of batches 2..n over the time from the end of batch 1 to the end of the last."""
+    master: str = "local[*]"
+
+
+def _batch_end(progress: dict[str, Any]) -> float:
+    """Epoch seconds at which a batch ended (its trigger's start plus its duration)."""
+    started = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00"))
+    return started.timestamp() + progress["durationMs"]["triggerExecution"] / 1000
 
 
 def run_query(spark: Any, df: Any, expected: int, label: str) -> Run:
@@ -146,6 +168,7 @@ def run_query(spark: Any, df: Any, expected: int, label: str) -> Run:
         rows.append(int(got.n))
 
     checkpoint = tempfile.mkdtemp(prefix=f"spark-bench-{label}-")
+    started_wall = time.time()  # Spark's progress timestamps are wall-clock
     started = time.perf_counter()
     query = (
         df.writeStream.foreachBatch(sink)
@@ -161,6 +184,12 @@ def run_query(spark: Any, df: Any, expected: int, label: str) -> Run:
     if total != expected:
         raise SystemExit(f"{label}: read {total} records, expected {expected}")
     durations = [p["durationMs"]["triggerExecution"] for p in progress]
+    startup = _batch_end(progress[0]) - started_wall if progress else seconds
+    steady = 0.0
+    if len(progress) > 1:
+        steady_rows = sum(p["numInputRows"] for p in progress[1:])
+        steady_s = _batch_end(progress[-1]) - _batch_end(progress[0])
+        steady = steady_rows / steady_s if steady_s > 0 else 0.0
     return Run(
         source=label,
         records=total,
@@ -170,6 +199,9 @@ def run_query(spark: Any, df: Any, expected: int, label: str) -> Run:
         max_batch_rows=max(rows, default=0),
         mean_batch_ms=round(sum(durations) / len(durations), 1) if durations else 0.0,
         outside_batches_s=round(seconds - sum(durations) / 1000, 3),
+        startup_s=round(startup, 3),
+        steady_records_per_s=round(steady, 1),
+        master=spark.sparkContext.master,
     )
 
 
@@ -332,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run a Python data source that reads nothing (the Python source floor)",
     )
+    parser.add_argument(
+        "--masters",
+        default="local,standalone",
+        help="comma-separated: local (local[*]) and/or standalone (a master and 2 workers)",
+    )
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
@@ -356,9 +393,15 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out_dir or cache / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
 
+    masters = [m.strip() for m in args.masters.split(",") if m.strip()]
+    if not masters or set(masters) - {"local", "standalone"}:
+        parser.error("--masters: a comma-separated list of 'local' and 'standalone'")
+
     cluster = LocalCluster()
     arun(cluster.start())
-    spark = None
+    runs: list[Run] = []
+    sessions: dict[str, float] = {}
+    sources: dict[str, Any] = {}
     try:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         warm = f"warm-{uuid.uuid4().hex[:8]}"
@@ -366,43 +409,75 @@ def main(argv: list[str] | None = None) -> int:
         arun(make_topic(cluster, topic, args.partitions, args.records, args.value_bytes))
         arun(make_topic(cluster, warm, args.partitions, 10_000, args.value_bytes))
         log.info("produced %d records in %.1f s", args.records, time.perf_counter() - t0)
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("aiozkconsumer-spark-bench")
-            .config("spark.jars", ",".join(str(j) for j in jars))
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.memory", "2g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
-        sources = {"zkkafka": zkkafka_df, "kafka": kafka_df}
-        if args.with_floor:
-            counts = {topic: args.records, warm: 10_000}
-            register_floor(spark, counts, args.partitions, args.value_bytes)
-            sources["python-floor"] = floor_df
-        for name, make in sources.items():
-            run_query(spark, make(spark, cluster, warm, args.max_offsets_per_trigger), 10_000, name)
-        runs: list[Run] = []
-        for _ in range(args.repeat):
-            for name, make in sources.items():
-                df = make(spark, cluster, topic, args.max_offsets_per_trigger)
-                run = run_query(spark, df, args.records, name)
-                log.info("%s", run)
-                runs.append(run)
+        for master in masters:
+            with _master_conf(master) as conf:
+                t0 = time.perf_counter()
+                builder = (
+                    SparkSession.builder.appName("aiozkconsumer-spark-bench")
+                    .config("spark.jars", ",".join(str(j) for j in jars))
+                    .config("spark.sql.shuffle.partitions", "2")
+                    .config("spark.ui.enabled", "false")
+                    .config("spark.ui.showConsoleProgress", "false")
+                    .config("spark.driver.memory", "2g")
+                )
+                for key, value in conf.items():
+                    builder = builder.config(key, value)
+                spark = builder.getOrCreate()
+                # The standalone session reuses the driver JVM the local one started (a Py4J
+                # gateway lives as long as the process): its time excludes the JVM's start.
+                label = "local[*]" if master == "local" else "standalone"
+                sessions[label] = round(time.perf_counter() - t0, 3)
+                log.info("%s: session in %.1f s", label, sessions[label])
+                try:
+                    spark.sparkContext.setLogLevel("ERROR")
+                    register(spark)
+                    sources = {"zkkafka": zkkafka_df, "kafka": kafka_df}
+                    if args.with_floor:
+                        counts = {topic: args.records, warm: 10_000}
+                        register_floor(spark, counts, args.partitions, args.value_bytes)
+                        sources["python-floor"] = floor_df
+                    for name, make in sources.items():
+                        df = make(spark, cluster, warm, args.max_offsets_per_trigger)
+                        run_query(spark, df, 10_000, name)
+                    for _ in range(args.repeat):
+                        for name, make in sources.items():
+                            df = make(spark, cluster, topic, args.max_offsets_per_trigger)
+                            run = run_query(spark, df, args.records, name)
+                            run.master = label
+                            log.info("%s", run)
+                            runs.append(run)
+                finally:
+                    spark.stop()
     finally:
-        if spark is not None:
-            spark.stop()
         arun(cluster.stop())
 
+    labels = list(sessions)
     best = {
-        name: max((r for r in runs if r.source == name), key=lambda r: r.records_per_s)
+        (label, name): max(
+            (r for r in runs if r.source == name and r.master == label),
+            key=lambda r: r.steady_records_per_s,
+        )
+        for label in labels
         for name in sources
     }
-    ratio = best["zkkafka"].records_per_s / best["kafka"].records_per_s
-    floor = best.get("python-floor")
+    ratios = {
+        label: {
+            "steady_zkkafka_to_kafka": round(
+                best[(label, "zkkafka")].steady_records_per_s
+                / max(best[(label, "kafka")].steady_records_per_s, 1e-9),
+                3,
+            ),
+            "end_to_end_zkkafka_to_kafka": round(
+                best[(label, "zkkafka")].records_per_s
+                / max(best[(label, "kafka")].records_per_s, 1e-9),
+                3,
+            ),
+            "startup_zkkafka_minus_kafka_s": round(
+                best[(label, "zkkafka")].startup_s - best[(label, "kafka")].startup_s, 3
+            ),
+        }
+        for label in labels
+    }
     result = {
         "pyspark": pyspark.__version__,
         "spark_sql_kafka": connector_version,
@@ -411,51 +486,62 @@ def main(argv: list[str] | None = None) -> int:
         "machine": (
             f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
         ),
-        "master": "local[2]",
+        "masters": labels,
+        "session_start_s": sessions,
         "trigger": "availableNow",
         "records": args.records,
         "partitions": args.partitions,
         "value_bytes": args.value_bytes,
         "max_offsets_per_trigger": args.max_offsets_per_trigger,
         "runs": [asdict(r) for r in runs],
-        "zkkafka_records_per_s": best["zkkafka"].records_per_s,
-        "kafka_records_per_s": best["kafka"].records_per_s,
-        "ratio_zkkafka_to_kafka": round(ratio, 3),
-        "python_floor_records_per_s": floor.records_per_s if floor else None,
-        "ratio_zkkafka_to_python_floor": (
-            round(best["zkkafka"].records_per_s / floor.records_per_s, 3) if floor else None
-        ),
+        "ratios": ratios,
     }
     (out_dir / "spark_bench.json").write_text(json.dumps(result, indent=2) + "\n")
     table = [
-        "| source | records | batches | seconds | records/s | max batch | mean batch ms "
-        "| outside batches s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| master | source | records | batches | start-up s | steady records/s "
+        "| end-to-end s | end-to-end records/s | mean batch ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
         *(
-            f"| {r.source} | {r.records} | {r.batches} | {r.seconds} | {r.records_per_s:,.0f} "
-            f"| {r.max_batch_rows} | {r.mean_batch_ms} | {r.outside_batches_s} |"
+            f"| {r.master} | {r.source} | {r.records} | {r.batches} | {r.startup_s:.2f} "
+            f"| {r.steady_records_per_s:,.0f} | {r.seconds:.2f} | {r.records_per_s:,.0f} "
+            f"| {r.mean_batch_ms} |"
             for r in runs
         ),
     ]
     header = (
-        f"PySpark {pyspark.__version__}, spark-sql-kafka {connector_version}, local[2], "
-        f"availableNow, maxOffsetsPerTrigger={args.max_offsets_per_trigger}, "
-        f"{args.partitions} partitions, {args.value_bytes}-byte values\n\n"
+        f"PySpark {pyspark.__version__}, spark-sql-kafka {connector_version}, availableNow, "
+        f"maxOffsetsPerTrigger={args.max_offsets_per_trigger}, {args.partitions} partitions, "
+        f"{args.value_bytes}-byte values; session start: "
+        + ", ".join(f"{label} {t:.1f} s" for label, t in sessions.items())
+        + "\n\n"
     )
-    footer = f"\n\nzkkafka / kafka = {ratio:.2f}\n"
-    if floor is not None:
-        footer += (
-            f"zkkafka / python-floor = {best['zkkafka'].records_per_s / floor.records_per_s:.2f}\n"
-        )
-    (out_dir / "spark_bench.md").write_text(header + "\n".join(table) + footer)
+    footer = "\n\n" + "\n".join(
+        f"{label}: steady zkkafka/kafka = {r['steady_zkkafka_to_kafka']:.2f}, "
+        f"end-to-end zkkafka/kafka = {r['end_to_end_zkkafka_to_kafka']:.2f}, "
+        f"start-up zkkafka - kafka = {r['startup_zkkafka_minus_kafka_s']:+.2f} s"
+        for label, r in ratios.items()
+    )
+    (out_dir / "spark_bench.md").write_text(header + "\n".join(table) + footer + "\n")
     print(header + "\n".join(table) + footer)
-    print(f"zkkafka: {best['zkkafka'].records_per_s:,.0f} records/s")
-    print(f"kafka:   {best['kafka'].records_per_s:,.0f} records/s")
-    print(f"ratio zkkafka/kafka: {ratio:.2f}")
-    if floor is not None:
-        print(f"python-floor (reads nothing): {floor.records_per_s:,.0f} records/s")
     print(f"wrote {out_dir / 'spark_bench.json'} and {out_dir / 'spark_bench.md'}")
     return 0
+
+
+@contextlib.contextmanager
+def _master_conf(master: str) -> Iterator[dict[str, str]]:
+    """Spark settings for a master: ``local[*]``, or a standalone cluster started here."""
+    if master == "local":
+        yield {"spark.master": "local[*]"}
+        return
+    from aiozkconsumer.testing import SparkStandaloneCluster
+
+    spark_cluster = SparkStandaloneCluster(workers=2, worker_cores=1, worker_memory="1g")
+    arun(spark_cluster.start())
+    try:
+        log.info("standalone cluster up in %.1f s", spark_cluster.start_seconds or 0.0)
+        yield spark_cluster.app_conf()
+    finally:
+        arun(spark_cluster.stop())
 
 
 if __name__ == "__main__":

@@ -10,6 +10,12 @@ With ``--group-coordinator kafka`` the group is coordinated by the broker (the J
 client's protocol, ``KafkaConsumerConnector``), the stopped connector leaves with LeaveGroup,
 and the committed offsets are read from Kafka; an existing cluster then needs only
 ``--bootstrap-server``.
+
+Then the Spark section (unless ``--no-spark``; skipped with a message without PySpark): the
+same topic through the ``zkkafka`` source into a Parquet table on ``local[*]``, the query
+stopped after two batches and restarted from its checkpoint, and the table checked: every
+record exactly once, the Spark group's offsets at the log end. It prints its own summary and
+``RESULT:`` line.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from ..stream import KafkaStream
 from ..zk import layout
 from ..zk.client import ZkClient
 from ._common import BOOTSTRAP_SERVERS, ZOOKEEPER_CONNECT, run_async
+from .demo_spark import print_spark_summary, run_spark_section
 
 __all__ = ["DemoResult", "demo", "run_demo"]
 
@@ -128,6 +135,11 @@ class Cluster(Protocol):
     help="Give up when no new record arrives for this many seconds.",
 )
 @click.option("--no-progress", is_flag=True, help="Do not show progress bars.")
+@click.option(
+    "--no-spark",
+    is_flag=True,
+    help="Skip the Spark section (the topic through the zkkafka source into Parquet).",
+)
 def demo(**options: Any) -> None:
     args = argparse.Namespace(**options)
     if args.zookeeper and not args.bootstrap_server:
@@ -155,6 +167,8 @@ class DemoResult:
         offsets: per partition ``(committed offset or -1, log end offset)``.
         offsets_source: where the committed offsets were read: ``"ZooKeeper"`` or
             ``"Kafka"``.
+        topic: the topic the demo produced to.
+        group: the consumer group's id.
     """
 
     produced: int = 0
@@ -165,6 +179,8 @@ class DemoResult:
     rebalances: list[tuple[int, RebalanceRecord]] = field(default_factory=list)
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
     offsets_source: str = "ZooKeeper"
+    topic: str = ""
+    group: str = ""
 
     @property
     def offsets_match(self) -> bool:
@@ -328,7 +344,7 @@ async def run_demo(cluster: Cluster, args: argparse.Namespace) -> DemoResult:
     group = args.group or f"demo-group-{uuid.uuid4().hex[:8]}"
     coordinator = args.group_coordinator
     config = _consumer_config(cluster, group, coordinator)
-    result = DemoResult()
+    result = DemoResult(topic=topic, group=group)
     _say(
         f"topic {topic} ({args.partitions} partitions), group {group} "
         f"(coordinated by {'Kafka' if coordinator == 'kafka' else 'ZooKeeper'})"
@@ -504,8 +520,54 @@ async def _cluster(args: argparse.Namespace) -> AsyncIterator[Cluster]:
         yield cluster
 
 
+async def _spark_section(cluster: Cluster, args: argparse.Namespace, result: DemoResult) -> bool:
+    """Run the Spark section on the demo's topic; print its summary. False if it failed."""
+    group = f"{result.group}-spark"
+    options = {
+        "group.id": group,
+        "subscribe": result.topic,
+        "startingOffsets": "earliest",
+        "kafka.bootstrap.servers": cluster.bootstrap_servers,
+    }
+    read_committed: Any
+    if args.group_coordinator == "kafka" or cluster.zookeeper_connect is None:
+        options["group.coordinator"] = "kafka"
+        source = "Kafka"
+
+        async def read_committed() -> dict[int, int]:
+            return await _read_committed_kafka(
+                cluster.bootstrap_servers, group, result.topic, args.partitions
+            )
+    else:
+        options["zookeeper.connect"] = zk_connect = cluster.zookeeper_connect
+        source = "ZooKeeper"
+
+        async def read_committed() -> dict[int, int]:
+            return await _read_committed_zookeeper(zk_connect, group, result.topic, args.partitions)
+
+    _say(f"Spark: the topic through the zkkafka source into Parquet, group {group}")
+    spark_result = await run_spark_section(
+        options=options,
+        ends={p: end for p, (_, end) in result.offsets.items()},
+        read_committed=read_committed,
+        offsets_source=source,
+        say=_say,
+    )
+    if spark_result is None:  # PySpark missing: said so, and nothing to check
+        return True
+    print_spark_summary(spark_result)
+    return spark_result.ok
+
+
 async def _amain(args: argparse.Namespace) -> int:
     async with _cluster(args) as cluster:
         result = await run_demo(cluster, args)
-    print_summary(result)
-    return 0 if result.ok else 1
+        print_summary(result)
+        spark_ok = True
+        if not args.no_spark:
+            if result.ok:
+                sys.stdout.flush()
+                spark_ok = await _spark_section(cluster, args, result)
+            else:
+                _say("Spark section skipped: the consumer group's run failed")
+    return 0 if result.ok and spark_ok else 1

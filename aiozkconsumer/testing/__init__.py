@@ -12,6 +12,9 @@
   processes through the proxies, a seeded :class:`FaultScheduler` (process kills and pauses,
   session expiry, server restarts, link cuts), then the history check (:func:`run_chaos`,
   :class:`ChaosReport`).
+- :class:`SparkStandaloneCluster` (:mod:`aiozkconsumer.testing.spark_cluster`) starts a Spark
+  standalone master and workers from the installed PySpark, for jobs with a ``spark://``
+  master (pytest fixture ``spark_standalone_cluster``).
 - :func:`provision_kafka` fetches the jars from Maven Central into a cache directory
   (``python -m aiozkconsumer.testing.provision [--flavour zk|kraft|all]`` on the command
   line).
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
     from aiozkconsumer.testing.links import ProxyLink
     from aiozkconsumer.testing.provision import ProvisioningError, provision_kafka
     from aiozkconsumer.testing.proxy import FaultMode, ProxyError, ProxyStatistics, TcpProxy
+    from aiozkconsumer.testing.spark_cluster import SparkStandaloneCluster
 
 __all__ = [
     "ChaosConfig",
@@ -69,6 +73,7 @@ __all__ = [
     "ProxyError",
     "ProxyLink",
     "ProxyStatistics",
+    "SparkStandaloneCluster",
     "TcpProxy",
     "provision_kafka",
     "run_chaos",
@@ -92,6 +97,7 @@ _WHERE = {
     "ProxyError": "proxy",
     "ProxyLink": "links",
     "ProxyStatistics": "proxy",
+    "SparkStandaloneCluster": "spark_cluster",
     "TcpProxy": "proxy",
     "provision_kafka": "provision",
     "run_chaos": "chaos",

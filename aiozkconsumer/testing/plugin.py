@@ -14,6 +14,10 @@ installed; otherwise pass ``-p aiozkconsumer.testing.plugin``). Fixtures:
   ZooKeeper; ``any_zk_client`` the same on ``any_cluster``'s. Closed afterwards within a time
   limit. Need pytest-asyncio.
 - ``unique_group_id`` / ``unique_topic`` (function): fresh legal names derived from the test.
+- ``spark_standalone_cluster`` (session, opt-in: started only for a test that asks for it): a
+  started :class:`~aiozkconsumer.testing.spark_cluster.SparkStandaloneCluster`, a Spark
+  standalone master and two workers (1 core, 512 MiB each) from the installed PySpark;
+  applications connect with its ``master_url`` and ``app_conf()``. Needs PySpark and Java.
 
 The session clusters are started lazily, when a test first needs one (a KRaft-free run never
 starts Kafka 4), and stopped at the end of the session. They are synchronous fixtures
@@ -47,17 +51,20 @@ from aiozk import ZKClient
 from aiozkconsumer._loops import close_loop
 from aiozkconsumer.testing.cluster import LocalCluster, LocalClusterError
 from aiozkconsumer.testing.provision import FLAVOURS
+from aiozkconsumer.testing.spark_cluster import SparkStandaloneCluster
 from aiozkconsumer.zk.client import close_raw
 
 __all__ = [
     "ASYNCIO_HINT",
     "BROKERS_ENV",
     "LOG_SECTION",
+    "SPARK_LOG_SECTION",
     "any_cluster",
     "any_zk_client",
     "kraft_cluster",
     "pytest_runtest_makereport",
     "pytest_runtest_setup",
+    "spark_standalone_cluster",
     "unique_group_id",
     "unique_topic",
     "zk_client",
@@ -69,6 +76,8 @@ BROKERS_ENV = "AIOZKCONSUMER_BROKERS"
 
 LOG_SECTION = "aiozkconsumer server logs"
 """Title of the report section holding the server log tails of a failed test."""
+SPARK_LOG_SECTION = "aiozkconsumer Spark cluster logs"
+"""Title of the report section holding the Spark daemons' (and executors') log tails."""
 
 ASYNCIO_HINT = """\
 aiozkconsumer's pytest fixtures need pytest-asyncio to run this test: {reason}.
@@ -85,6 +94,8 @@ _CLUSTER_FIXTURES = {"zookeeper": "zk_kafka_cluster", "kraft": "kraft_cluster"}
 """Flavour -> the session fixture holding that flavour's cluster."""
 _ANY_CLUSTER_FIXTURE = "any_cluster"
 _CLUSTERS_KEY = pytest.StashKey[dict[str, LocalCluster]]()
+_SPARK_FIXTURE = "spark_standalone_cluster"
+_SPARK_KEY = pytest.StashKey[SparkStandaloneCluster]()
 _ZK_CLIENT_START_S = 30.0
 _ZK_CLIENT_CLOSE_S = 10.0
 _T = TypeVar("_T")
@@ -181,6 +192,32 @@ def kraft_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         ClusterStartError: if a server does not come up.
     """
     yield from _session_cluster(request, "kraft")
+
+
+@pytest.fixture(scope="session")
+def spark_standalone_cluster(request: pytest.FixtureRequest) -> Iterator[SparkStandaloneCluster]:
+    """A running Spark standalone cluster (a master and two workers) for the whole session.
+
+    Opt-in: started the first time a test asks for it, stopped at the end of the session
+    (no process left behind, as with the Kafka clusters). Each worker offers 1 core and
+    512 MiB, so an application gets two executors, each a JVM of its own on a worker, running
+    this interpreter's Python (``spark.pyspark.python``). Synchronous, like
+    ``zk_kafka_cluster``.
+
+    Yields:
+        The started :class:`~aiozkconsumer.testing.spark_cluster.SparkStandaloneCluster`.
+
+    Raises:
+        LocalClusterError: if PySpark or Java is missing.
+        ClusterStartError: if the master or a worker does not come up.
+    """
+    cluster = SparkStandaloneCluster(workers=2, worker_cores=1, worker_memory="512m")
+    request.config.stash[_SPARK_KEY] = cluster
+    try:
+        _run(cluster.start())
+        yield cluster
+    finally:
+        _run(cluster.stop())
 
 
 @pytest.fixture(params=list(FLAVOURS), ids=["zk", "kraft"])
@@ -321,6 +358,12 @@ def pytest_runtest_makereport(
                 continue
             title = LOG_SECTION if cluster.flavour == "zookeeper" else f"{LOG_SECTION} (kraft)"
             report.sections.append((title, header + cluster.log_tail()))
+        spark_cluster = item.config.stash.get(_SPARK_KEY, None)
+        if spark_cluster is not None and _SPARK_FIXTURE in getattr(item, "fixturenames", ()):
+            spark_cluster.mark_failed()
+            with contextlib.suppress(LocalClusterError):
+                header = f"work dir (kept): {spark_cluster.work_dir}\n"
+                report.sections.append((SPARK_LOG_SECTION, header + spark_cluster.log_tail(40)))
     return report
 
 
