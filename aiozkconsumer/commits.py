@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 
 import anyio
 
@@ -18,6 +19,7 @@ from .config import ConsumerConfig
 from .errors import (
     CommitFencedError,
     OffsetStorageError,
+    ZookeeperConnectionError,
     ZookeeperError,
     ZookeeperSessionExpiredError,
 )
@@ -48,6 +50,16 @@ class FencedCommitter:
             since): the owner drops them and requests a rebalance.
         on_commit: called with the offsets committed, after each commit that wrote some
             (the interceptors' ``on_commit``).
+        session_replaced: whether the ZooKeeper session that claimed the partitions was
+            replaced and the member has not yet dropped that ownership (nothing is then
+            committed). Settable after construction.
+        claiming_session: the id of the ZooKeeper session that claimed the partitions (the
+            registration's); a commit's requests are bound to it, so that none of them lands
+            under a session that replaced it meanwhile. Settable after construction.
+        on_connection_lost: called when a commit fails because ZooKeeper is unreachable or
+            the session expired (the commit cannot land, so the partitions may soon be
+            another member's): the owner ends its session lease, so that no more records are
+            handed out. Settable after construction (the lease is built later).
     """
 
     def __init__(
@@ -61,6 +73,8 @@ class FencedCommitter:
         on_fenced: Callable[[set[TopicPartition]], None],
         on_commit: Callable[[Mapping[TopicPartition, int]], None] = lambda offsets: None,
         session_replaced: Callable[[], bool] = lambda: False,
+        on_connection_lost: Callable[[], None] = lambda: None,
+        claiming_session: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.config = config
         self.consumer_id = consumer_id
@@ -71,6 +85,8 @@ class FencedCommitter:
         self.on_fenced = on_fenced
         self.on_commit = on_commit
         self.session_replaced = session_replaced
+        self.on_connection_lost = on_connection_lost
+        self.claiming_session = claiming_session
 
     async def commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
         """Commit owned partitions' offsets, fenced, counting the writes in the commit meters.
@@ -90,17 +106,29 @@ class FencedCommitter:
         Raises:
             CommitFencedError: some partitions were fenced or not owned (the others were
                 committed).
-            ZookeeperConnectionError: ZooKeeper is unreachable.
+            ZookeeperConnectionError: ZooKeeper is unreachable (or a request timed out);
+                ``on_connection_lost`` was called.
+            ZookeeperSessionExpiredError: the session expired (``on_connection_lost`` was
+                called), or nothing was written: the session that claimed the partitions was
+                replaced and the member has not yet dropped that ownership (its owner nodes
+                died with the old session: another member may own them).
             OffsetCommitError: Kafka refused some offsets after every attempt.
-            ZookeeperSessionExpiredError: nothing written: the session that claimed the
-                partitions was replaced and the member has not yet dropped that ownership
-                (its owner nodes died with the old session: another member may own them).
         """
         if self.session_replaced():
             raise ZookeeperSessionExpiredError(
                 "the ZooKeeper session that claimed the partitions expired: not committing "
                 "until the member has registered again"
             )
+        zk = self.zk
+        bound = zk.bound_to(self.claiming_session()) if zk is not None else nullcontext()
+        try:
+            with bound:
+                return await self._commit(offsets, retries)
+        except (ZookeeperConnectionError, ZookeeperSessionExpiredError):
+            self.on_connection_lost()
+            raise
+
+    async def _commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
         store = self.store
         owned = self.ownership
         # Only what this member owns now: a partition it lost (session expiry, fencing) is

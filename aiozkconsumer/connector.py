@@ -152,6 +152,8 @@ class ZookeeperConsumerConnector(ConsumerConnector):
             self.zk, self.ownership.gate, self.consumer_id_string, lambda: self.closing
         )
         self.committer.session_replaced = self._session_replaced
+        self.committer.on_connection_lost = self.lease.end_now
+        self.committer.claiming_session = lambda: self.membership.registered_session
         self.coordinator = self._rebalancer = Rebalancer(
             config=config,
             consumer_id=self.consumer_id_string,

@@ -58,7 +58,7 @@ from .metrics import ConsumerMetrics
 from .offsets import NO_OFFSET, OffsetStore
 from .ownership import OwnershipState, partition_info
 from .plan import Moves, decide_claims, decide_fencing, plan_assignment, plan_moves
-from .records import HISTORY_LIMIT, PartitionTopicInfo, RebalanceRecord, TopicPartition
+from .records import HISTORY_LIMIT, RebalanceRecord, TopicPartition
 from .subscription import ConsumerThreadId, TopicCount, construct_topic_count
 from .zk import layout
 from .zk.client import ZkClient
@@ -421,12 +421,16 @@ class Rebalancer:
                 offsets[tp] = NO_OFFSET  # offsets.malformed.reset: auto.offset.reset applies
         if self.is_closing():
             return False
-        waited = await self._claim(acquire, blocking)
-        if waited is None:
+        if await self._claim(acquire, blocking) is None:
             return False
-        if waited:
-            # Their previous owner committed before it deleted its owner node: read again.
-            again, unreadable = await self._fetch_offsets(waited)
+        tokens = await self._fence(acquire)
+        if acquire:
+            # Read again now that the claims hold and the fencing tokens moved on: a previous
+            # owner commits before it deletes its owner node, and a former owner that has not
+            # noticed yet can no longer commit, so every commit that can still land is seen
+            # (the original read only before claiming, and could start below the group's
+            # commit).
+            again, unreadable = await self._fetch_offsets(acquire)
             offsets.update(again)
             for tp in unreadable:
                 offsets[tp] = NO_OFFSET
@@ -440,7 +444,8 @@ class Rebalancer:
             tp: partition_info(cfg, self.metrics, own.gate, tp, moves.acquire[tp], offsets[tp])
             for tp in acquire
         }
-        await self._fence(acquire, new_ptis)
+        for tp, pti in new_ptis.items():
+            pti.fence = tokens[tp]
         own.acquire(new_ptis.values())
         own.record_committed(offsets)
         self.last_moves = (len(moves.keep), len(moves.release), len(acquire))
@@ -534,8 +539,7 @@ class Rebalancer:
         (``blocking`` then names the owner nodes still in the way).
 
         Returns:
-            The partitions whose claim had to wait (their offsets are to be read again), or
-            ``None`` when the attempt failed.
+            The partitions whose claim had to wait, or ``None`` when the attempt failed.
 
         Raises:
             ZookeeperError: a create failed; every node this attempt created was deleted first.
@@ -601,12 +605,13 @@ class Rebalancer:
             await gather(self.zk.delete(p) for p in paths)
 
     async def _fence(
-        self,
-        claimed: Mapping[TopicPartition, ConsumerThreadId],
-        new_ptis: Mapping[TopicPartition, PartitionTopicInfo],
-    ) -> None:
+        self, claimed: Mapping[TopicPartition, ConsumerThreadId]
+    ) -> dict[TopicPartition, int]:
         """Move each claimed partition's fencing token on, so a former owner (a zombie that
         has not noticed yet) can no longer commit it.
+
+        Returns:
+            ``{partition: its new fencing token}``.
 
         Raises:
             ZookeeperError: a bump failed; every claim of this attempt was deleted again
@@ -624,5 +629,4 @@ class Rebalancer:
         if outcome.error is not None:
             await self._undo_claims(outcome.undo, swallow=True)
             raise outcome.error
-        for tp, token in outcome.tokens.items():
-            new_ptis[tp].fence = token
+        return dict(outcome.tokens)

@@ -166,7 +166,12 @@ async def test_zombie_paused_past_its_session_commits_nothing_and_hands_out_noth
     import time
     from pathlib import Path
 
-    from aiozkconsumer import CommitFencedError, TopicPartition, ZookeeperConnectionError
+    from aiozkconsumer import (
+        CommitFencedError,
+        TopicPartition,
+        ZookeeperConnectionError,
+        ZookeeperSessionExpiredError,
+    )
 
     await _topic(fault_cluster, unique_topic, 1, 0)
     for i in range(10):  # ten batches, so the zombie stops mid-partition
@@ -221,14 +226,16 @@ async def test_zombie_paused_past_its_session_commits_nothing_and_hands_out_noth
             with pytest.raises(ZookeeperConnectionError):
                 await zombie.commit_offsets()
             # Even past the lease check, its old position is fenced off: the first try may
-            # only find the connection dead; once ZooKeeper answers again, the fence refuses.
+            # only find the connection dead, or be refused for its expired session (a request
+            # is never sent under the session that replaced its own); once ZooKeeper answers
+            # again on the new session, the fence refuses.
             with anyio.fail_after(60):
                 while True:
                     try:
                         await zombie.offset_store.commit(
                             {tp: more[-1].offset + 1}, fences={tp: token}
                         )
-                    except ZookeeperConnectionError:
+                    except (ZookeeperConnectionError, ZookeeperSessionExpiredError):
                         await zombie.zk.wait_for_state("connected")
                         continue
                     except CommitFencedError:

@@ -888,7 +888,7 @@ def test_duplicate_window_after_a_link_cut_within_its_bound_is_clean() -> None:
 
 
 def test_duplicate_window_after_a_link_cut_beyond_its_bound_is_flagged() -> None:
-    cut = _fault("zookeeper_link", 6.5, 12, "a", number=7)
+    cut = _fault("zookeeper_link", 5.9, 12, "a", number=7)  # before a's suspension at 6.1
     result = _check_faults(_handover_history(3.0, killed=False), [cut])
     only(result, AnomalyKind.DUPLICATE_WINDOW_EXCEEDED)
     (anomaly,) = result.anomalies
@@ -911,17 +911,36 @@ def test_duplicate_window_after_a_kill_is_bounded_by_one_commit_interval() -> No
 
 
 def test_duplicate_window_after_a_pause_overlapping_a_link_cut_is_bounded_as_the_cut() -> None:
-    """a is cut off from ZooKeeper at 3.5, then paused at 4 (the last fault): the cut was
-    still in effect, and its looser bound applies."""
+    """a is cut off from ZooKeeper at 3.5, then paused at 5 (the last fault, before its
+    suspension at 5.1): the cut was still in effect, and its looser bound applies."""
     faults = [
         _fault("zookeeper_link", 3.5, 12, "a", number=1),
-        _fault("pause", 5.5, 15, "a", number=2),
+        _fault("pause", 5.0, 15, "a", number=2),
     ]
     result = _check_faults(_handover_history(2.0, killed=False), faults)
     assert result.ok, result.summary()
     assert result.handovers[0].fault_kind == "zookeeper_link"
     alone = _check_faults(_handover_history(2.0, killed=False), faults[1:])
     only(alone, AnomalyKind.DUPLICATE_WINDOW_EXCEEDED)
+
+
+def test_duplicate_window_after_a_session_loss_is_judged_by_the_fault_before_the_loss() -> None:
+    """a's session is lost in a link cut (suspended at 5.1); a kill of a at 11, after the
+    loss and before b claims, did not end a's epoch: the cut's bound applies, not the kill's."""
+    faults = [
+        _fault("zookeeper_link", 3.5, 8, "a", number=1),
+        _fault("kill", 11, 11.5, "a", number=2),
+    ]
+    result = _check_faults(_handover_history(2.0, killed=False), faults)
+    assert result.ok, result.summary()
+    assert (result.handovers[0].fault_kind, result.handovers[0].fault_number) == (
+        "zookeeper_link",
+        1,
+    )
+    # Lost without a fault before the loss, the kill that came after is not blamed either.
+    alone = _check_faults(_handover_history(2.0, killed=False), faults[1:])
+    assert alone.ok, alone.summary()
+    assert alone.handovers[0].fault_kind is None
 
 
 def test_duplicate_window_is_not_judged_without_a_fault_log_or_a_stated_bound() -> None:

@@ -140,9 +140,10 @@ Its *duplicate window* is the time span of E1's deliveries of those records, in 
 one's hand-out time minus the first one's; ``handed_out_by`` where given, as for ownership). Its
 *fault* is the last fault injected on E1's member — or a ZooKeeper restart, which hits every
 member — that began before E2's claim and had not ended before E1 began (an older fault did not
-end E1). When faults on the member overlap, those still in effect when the last one began
-count too and the loosest bound applies (a member cut off from ZooKeeper, then paused, is
-bounded as a link cut).
+end E1) and, when E1 ended with a session loss, began before that loss (a later fault, say a
+kill of the member once it had registered again, did not end E1 either). When faults on the
+member overlap, those still in effect when the last one began count too and the loosest bound
+applies (a member cut off from ZooKeeper, then paused, is bounded as a link cut).
 
 ``duplicate_window_exceeded`` (the bound ``docs/failure-semantics.md`` states for each fault,
 :func:`duplicate_window_bound_s`): a hand-over whose duplicate window exceeds the bound of its
@@ -1240,10 +1241,16 @@ class _Checker:
         """The fault a hand-over at ``at`` from ``previous`` is judged by (module docstring)."""
         if not self.faults:
             return None
+        # An epoch lost with its session ended at the suspension that began the loss: a fault
+        # that began after it did not end the epoch.
+        lost_at = previous.end if previous.end_reason == "session_lost" else math.inf
         candidates = [
             f
             for f in self.faults
-            if f.hits(previous.member) and f.started_ts < at and f.ended_ts >= previous.start
+            if f.hits(previous.member)
+            and f.started_ts < at
+            and f.ended_ts >= previous.start
+            and f.started_ts <= lost_at
         ]
         if not candidates:
             return None

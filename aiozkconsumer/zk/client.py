@@ -6,6 +6,12 @@ by ``zookeeper.connection.timeout.ms``, implements the original's ephemeral-node
 (``ZKCheckedEphemeral`` for registrations, ``createEphemeralPathExpectConflict`` for owner
 nodes) and turns watches and session state into awaitable events owned by the caller's tasks
 (no fire-and-forget callbacks).
+
+It also reconnects promptly, which aiozk 0.32 cannot be configured to do (see
+:class:`_PromptSession`): a ZooKeeper server that restarts restores its sessions with a fresh
+timeout, so a client that is back within that timeout keeps its session and ephemeral nodes.
+And it never sends a request under a session other than the one it was made for (aiozk sends
+a pending request again on whatever session it reconnects with): see :meth:`ZkClient.bound_to`.
 """
 
 from __future__ import annotations
@@ -14,12 +20,16 @@ import asyncio
 import contextlib
 import logging
 import posixpath
-from collections.abc import AsyncIterator, Iterable, Iterator
+import random
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import aiozk
 import anyio
 from aiozk import exc as zk_exc
+from aiozk.connection import Connection as _AiozkConnection
+from aiozk.session import Session as _AiozkSession
 from aiozk.states import States
 
 from ..errors import (
@@ -31,7 +41,16 @@ from ..errors import (
     ZookeeperSessionExpiredError,
 )
 
-__all__ = ["SessionState", "ZkClient", "close_raw", "force_close", "parse_connect_string"]
+__all__ = [
+    "RECONNECT_BACKOFF_CAP_FRACTION",
+    "RECONNECT_BACKOFF_START_S",
+    "SessionState",
+    "ZkClient",
+    "close_raw",
+    "force_close",
+    "parse_connect_string",
+    "reconnect_backoff_s",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +66,255 @@ def parse_connect_string(connect: str) -> tuple[str, str | None]:
     servers, slash, chroot = connect.partition("/")
     root = "/" + chroot.rstrip("/") if slash and chroot.strip("/") else None
     return servers, root
+
+
+RECONNECT_BACKOFF_START_S = 0.1
+"""The pause after the first round of reconnect attempts that reached no server, seconds
+(before jitter, which takes it down to 50–100 ms)."""
+
+RECONNECT_BACKOFF_CAP_FRACTION = 0.1
+"""The longest pause between rounds of reconnect attempts, as a share of the session
+timeout: a server that is back is found within a tenth of the session timeout."""
+
+
+def reconnect_backoff_s(attempt: int, session_timeout_s: float, jitter: float = 1.0) -> float:
+    """The pause before the next round of reconnect attempts, seconds.
+
+    Doubles from :data:`RECONNECT_BACKOFF_START_S` with each round that reached no server,
+    up to :data:`RECONNECT_BACKOFF_CAP_FRACTION` of the session timeout (never below the
+    start), then scaled by ``jitter`` so that the members of a group do not all knock at
+    once on a server that has just come back. aiozk's own back-off (``Session.find_server``,
+    0.32) waits 4, 8, 16 ... 60 s: a ZooKeeper restart of a few seconds outlived the session.
+
+    Args:
+        attempt: rounds of attempts that failed so far, minus one (0 after the first).
+        session_timeout_s: the (negotiated) session timeout, seconds.
+        jitter: a factor in ``[0, 1]``; callers draw it from ``[0.5, 1]``.
+
+    Returns:
+        ``min(start x 2**attempt, max(start, cap x session timeout)) x jitter``.
+
+    Raises:
+        ValueError: ``attempt`` < 0, ``session_timeout_s`` <= 0 or ``jitter`` outside
+            ``[0, 1]``.
+    """
+    if attempt < 0:
+        raise ValueError(f"attempt must be >= 0, not {attempt}")
+    if not session_timeout_s > 0:
+        raise ValueError(f"session_timeout_s must be > 0, not {session_timeout_s}")
+    if not 0.0 <= jitter <= 1.0:
+        raise ValueError(f"jitter must be within [0, 1], not {jitter}")
+    cap = max(RECONNECT_BACKOFF_START_S, RECONNECT_BACKOFF_CAP_FRACTION * session_timeout_s)
+    return min(RECONNECT_BACKOFF_START_S * 2.0 ** min(attempt, 32), cap) * jitter
+
+
+_BOUND_SESSION: ContextVar[int | None] = ContextVar("aiozkconsumer_zk_bound_session", default=None)
+"""The session the requests of the current task are bound to (:meth:`ZkClient.bound_to`)."""
+
+
+class _NotifyingConnection(_AiozkConnection):  # type: ignore[misc]  # aiozk is untyped
+    """An aiozk connection that reports the end of its read loop.
+
+    aiozk's ``Connection.read_loop`` returns quietly when the server closes the connection
+    (a ZooKeeper restart), leaving the session ``CONNECTED`` and its pending requests
+    unanswered until the next heartbeat times out, up to a session timeout later.
+    """
+
+    def __init__(self, *args: Any, on_dropped: Callable[[Any], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_dropped = on_dropped
+
+    def start_read_loop(self) -> None:
+        super().start_read_loop()
+        self.read_loop_task.add_done_callback(self._read_loop_done)
+
+    def _read_loop_done(self, _task: asyncio.Task[None]) -> None:
+        if not self.closing:  # not a close of ours: the server or the network dropped it
+            self._on_dropped(self)
+
+
+class _PromptSession(_AiozkSession):  # type: ignore[misc]  # aiozk is untyped
+    """aiozk's session, reconnecting promptly after a dropped connection.
+
+    Four changes to aiozk 0.32's ``Session``, none of which its public API can configure
+    (``ZKClient(retry_policy=...)`` only governs requests). Each is a small, self-contained
+    patch that could go upstream as it is:
+
+    - ``find_server`` retries the servers with :func:`reconnect_backoff_s` (50–100 ms,
+      doubling, capped at a tenth of the session timeout) instead of its hard-coded
+      ``RetryPolicy.exponential_backoff(maximum=MAX_FIND_WAIT)`` (4, 8, 16 ... 60 s), and
+      bounds each connection attempt (connect, ``srvr`` handshake) by a third of the session
+      timeout, split among the servers as the Java client does, where aiozk waits for the
+      handshake's answer for ever (a black-holed server);
+    - a connection whose read loop ends (the server closed it) suspends the session at once
+      and fails its pending requests with ``ConnectError`` (``Session.send`` sends them again
+      once reconnected), instead of waiting for a heartbeat to time out;
+    - ``set_existing_watches`` after a reconnect is bounded by a third of the session
+      timeout: in aiozk a connection lost during it leaves the repair loop waiting for a
+      connected state that only the repair loop itself can bring;
+    - ``send`` sends a request again after a reconnect only on the session it was issued
+      on. aiozk's ``send`` waits for *a* connected session and sends the request again
+      there, a new one too if the old one expired meanwhile: a fenced offset commit, an
+      owner node's create or a fencing bump issued for the old session's ownership then
+      landed under the new session, after the server had deleted the old session's owner
+      nodes and another member may have claimed the partitions (and read their offsets).
+      Here such a request fails with ``SessionLost`` instead, as every pending request of
+      an expired session does in the Java client.
+    """
+
+    # Attributes of aiozk's Session this class uses (set in its __init__ / repair loop).
+    conn: Any
+    hosts: list[tuple[str, Any]]
+    timeout: float
+    closing: bool
+    state: Any
+    session_id: int | None
+    xid: int
+    last_zxid: Any
+    retry_policy: Any
+
+    _known_session_id: int | None = None
+    """The last session id the server granted (it stays while ``session_id`` is reset to
+    ``None`` after an expiry, until a new session is granted)."""
+
+    async def establish_session(self) -> None:
+        await super().establish_session()
+        self._known_session_id = self.session_id
+
+    async def send(self, request: Any) -> Any:
+        """As aiozk's ``Session.send``, bound to one session.
+
+        The session is the one the caller bound its requests to (:meth:`ZkClient.bound_to`),
+        else the one current when this is called.
+
+        Raises:
+            aiozk.exc.SessionLost: the session is not (or no longer) that one: it was
+                replaced (the old one expired) before the request could be sent, or while its
+                answer was awaited on a connection that dropped.
+        """
+        bound = _BOUND_SESSION.get()
+        pinned = bound if bound is not None else self._known_session_id
+        while True:
+            await self.retry_policy.enforce(request)
+            await self.ensure_safe_state(writing=request.writes_data)
+            if pinned is not None and self.session_id != pinned:
+                self.retry_policy.clear(request)
+                raise zk_exc.SessionLost()
+            try:
+                self.xid = 1 if self.xid >= 0x7FFFFFFF else self.xid + 1
+                zxid, response = await self.conn.send(request, xid=self.xid)
+            except (zk_exc.NodeExists, zk_exc.NoNode, zk_exc.NotEmpty, zk_exc.BadVersion):
+                self.retry_policy.clear(request)
+                raise
+            except asyncio.CancelledError:
+                self.retry_policy.clear(request)
+                raise
+            except zk_exc.ConnectError:
+                if self.state != States.SUSPENDED:
+                    self.state.transition_to(States.SUSPENDED)
+                continue
+            except Exception:
+                self.retry_policy.clear(request)
+                raise
+            self.last_zxid = zxid
+            self.set_heartbeat()
+            self.retry_policy.clear(request)
+            if response:
+                return response
+
+    async def find_server(self, allow_read_only: bool) -> None:
+        attempt = 0
+        conn: Any = None
+        while conn is None:
+            for host, port in random.sample(self.hosts, len(self.hosts)):
+                conn = await self._try_server(host, port, allow_read_only)
+                if conn is not None:
+                    break
+            else:
+                pause = reconnect_backoff_s(attempt, self.timeout, random.uniform(0.5, 1.0))
+                log.log(
+                    logging.INFO if attempt == 0 else logging.DEBUG,
+                    "no ZooKeeper server of %s answered; trying again in %.0f ms",
+                    ",".join(f"{h}:{p}" for h, p in self.hosts),
+                    pause * 1000,
+                )
+                attempt += 1
+                await asyncio.sleep(pause)
+        old_conn: Any = self.conn
+        self.conn = conn
+        if old_conn is not None:  # as aiozk: closed in the background (its close may wait)
+            closing = asyncio.create_task(old_conn.close(self.timeout), name="aiozk-close-old")
+            _closing_connections.add(closing)
+            closing.add_done_callback(_closing_connections.discard)
+
+    async def _try_server(self, host: str, port: Any, allow_read_only: bool) -> Any:
+        """One connection attempt, bounded; the connection, or ``None``."""
+        limit = self.timeout / max(3, len(self.hosts))
+        log.debug("connecting to ZooKeeper at %s:%s", host, port)
+        try:
+            conn = await asyncio.wait_for(self.make_connection(host, port), limit)
+        except TimeoutError:
+            log.info("ZooKeeper at %s:%s did not answer within %.1f s", host, port, limit)
+            return None
+        if conn is not None and conn.start_read_only and not allow_read_only:
+            _abandon(conn)
+            return None
+        return conn
+
+    async def make_connection(self, host: str, port: Any) -> Any:
+        conn = _NotifyingConnection(
+            host,
+            port,
+            watch_handler=self.event_dispatch,
+            read_timeout=self.read_timeout,
+            on_dropped=self._connection_dropped,
+        )
+        try:
+            await conn.connect()
+        except Exception as e:  # refused, reset, not serving: the next server or round
+            log.debug("could not connect to ZooKeeper at %s:%s: %r", host, port, e)
+            _abandon(conn)
+            return None
+        return conn
+
+    def _connection_dropped(self, conn: Any) -> None:
+        if self.closing or conn is not self.conn:
+            return
+        log.warning("connection to ZooKeeper at %s:%s dropped", conn.host, conn.port)
+        conn.abort(zk_exc.ConnectError)  # Session.send sends them again once reconnected
+        if self.state.current_state in (States.CONNECTED, States.READ_ONLY):
+            self.state.transition_to(States.SUSPENDED)
+
+    async def set_existing_watches(self) -> None:
+        try:
+            await asyncio.wait_for(super().set_existing_watches(), self.timeout / 3)
+        except TimeoutError:
+            log.warning("re-arming watches timed out; reconnecting")
+            if self.state.current_state in (States.CONNECTED, States.READ_ONLY):
+                self.state.transition_to(States.SUSPENDED)
+
+
+_closing_connections: set[asyncio.Task[None]] = set()
+"""Closes of replaced connections under way (a task must be referenced until it ends)."""
+
+
+def _abandon(conn: Any) -> None:
+    """Drop a connection that never carried a session (never raises)."""
+    writer = getattr(conn, "writer", None)
+    if writer is not None:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+def _prompt_client(servers: str, chroot: str | None, session_timeout_s: float) -> Any:
+    """An ``aiozk.ZKClient`` whose session is a :class:`_PromptSession`.
+
+    ``ZKClient.__init__`` builds its ``Session`` itself; nothing holds it before ``start()``,
+    so it is swapped for the prompt one, built with the same arguments.
+    """
+    client = aiozk.ZKClient(servers, chroot=chroot, session_timeout=session_timeout_s)
+    client.session = _PromptSession(servers, session_timeout_s, None, False, None)
+    return client
 
 
 _FORCE_CLOSE_WAIT_S = 1.0
@@ -177,15 +445,16 @@ class ZkClient:
     async def start(self) -> None:
         """Open the session.
 
+        While disconnected later on, the client retries the servers of ``connect`` with a
+        short back-off (:func:`reconnect_backoff_s`: from 50–100 ms up to a tenth of the
+        session timeout), so a ZooKeeper restart that the server's restored sessions
+        outlive expires none.
+
         Raises:
             ZookeeperConnectionError: no server of ``connect`` answered within
                 ``connection_timeout_ms``; every background task aiozk started is stopped.
         """
-        self._zk = aiozk.ZKClient(
-            self._servers,
-            chroot=self._chroot,
-            session_timeout=self.session_timeout_ms / 1000,
-        )
+        self._zk = _prompt_client(self._servers, self._chroot, self.session_timeout_ms / 1000)
         try:
             with anyio.fail_after(self.connection_timeout_ms / 1000):
                 await self._zk.start()
@@ -219,6 +488,26 @@ class ZkClient:
         except BaseException as e:
             log.debug("ZooKeeper close did not finish cleanly: %r", e)
             await self._abort()
+
+    @contextlib.contextmanager
+    def bound_to(self, session_id: int | None) -> Iterator[None]:
+        """Bind the requests made in the block (and in tasks it starts) to one session.
+
+        Each request is sent only while ``session_id`` is the current session: once it was
+        replaced by a new one (it expired), a request fails with
+        ``ZookeeperSessionExpiredError`` instead of landing under the new session. Without
+        a binding, a request is bound to the session current when it is made. For steps of
+        several requests that act for one session's ownership (a fenced offset commit).
+
+        Args:
+            session_id: the session; ``None`` binds nothing.
+        """
+        token = _BOUND_SESSION.set(session_id) if session_id is not None else None
+        try:
+            yield
+        finally:
+            if token is not None:
+                _BOUND_SESSION.reset(token)
 
     @property
     def raw(self) -> Any:
