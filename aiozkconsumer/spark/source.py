@@ -1086,6 +1086,9 @@ def register(spark: SparkSession, *, check_python: bool = True) -> None:
 
 
 _WORKER_CHECK_TIMEOUT_S = 120.0
+# (interpreter, PYTHONPATH) pairs that imported the source: each session of a process (a test
+# suite, a service that restarts its queries) checks a Python once, not at every register().
+_WORKERS_CHECKED: set[tuple[str, str]] = set()
 
 
 def _worker_pythonpath() -> str:
@@ -1103,8 +1106,9 @@ def _worker_pythonpath() -> str:
 def check_worker_python(python: str) -> None:
     """Check that Spark's Python workers (``python``) can import the ``zkkafka`` source.
 
-    Runs ``python -c "import aiozkconsumer.spark.source"`` once, with the ``PYTHONPATH``
-    Spark gives its workers (PySpark's own zips). A Python that does not exist on this host
+    Runs ``python -c "import aiozkconsumer.spark.source"`` once per process (a success is
+    remembered), with the ``PYTHONPATH`` Spark gives its workers (PySpark's own zips). A
+    Python that does not exist on this host
     (e.g. the ``./environment/bin/python`` of a packed environment shipped with
     ``spark.archives``) is not checked.
 
@@ -1119,7 +1123,10 @@ def check_worker_python(python: str) -> None:
     if found is None:
         log.debug("the workers' Python %s is not on this host: not checked", python)
         return
-    env = {**os.environ, "PYTHONPATH": _worker_pythonpath()}
+    pythonpath = _worker_pythonpath()
+    if (found, pythonpath) in _WORKERS_CHECKED:
+        return
+    env = {**os.environ, "PYTHONPATH": pythonpath}
     try:
         done = subprocess.run(
             [found, "-c", "import aiozkconsumer.spark.source"],
@@ -1133,6 +1140,7 @@ def check_worker_python(python: str) -> None:
         log.warning("could not check the workers' Python %s: %s", python, e)
         return
     if done.returncode == 0:
+        _WORKERS_CHECKED.add((found, pythonpath))
         return
     lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
     reason = lines[-1] if lines else f"exit status {done.returncode}"
