@@ -49,7 +49,7 @@ from .kafka.consumer_group import (
 from .kafka.group import GroupRequestError
 from .metrics import ConsumerMetrics
 from .offsets import OffsetStore
-from .ownership import OwnershipState, partition_info
+from .ownership import OwnershipState, call_listener, partition_info, partitions_by_topic
 from .plan import plan_moves
 from .records import HISTORY_LIMIT, PartitionTopicInfo, RebalanceRecord, TopicPartition
 from .subscription import ConsumerThreadId, TopicCount, WildcardTopicCount
@@ -61,22 +61,6 @@ log = logging.getLogger(__name__)
 _RETRY_BACKOFF_S = 0.1
 _RETRY_BACKOFF_MAX_S = 1.0
 _MAX_RECONCILE_ROUNDS = 20
-
-
-async def _call_listener(call: Awaitable[None]) -> None:
-    try:
-        await call
-    except ConsumerError:
-        raise
-    except Exception as e:
-        raise ConsumerError(f"the rebalance listener raised {e!r}") from e
-
-
-def _by_topic(tps: Mapping[TopicPartition, Any] | frozenset[TopicPartition]) -> dict[str, set[int]]:
-    out: dict[str, set[int]] = {}
-    for tp in tps:
-        out.setdefault(tp.topic, set()).add(tp.partition)
-    return out
 
 
 class ConsumerProtocolCoordinator:
@@ -196,7 +180,7 @@ class ConsumerProtocolCoordinator:
             epoch = 0 if join else self.member_epoch
             owned: list[tuple[bytes, list[int]]] = []
             if not join:
-                for topic, parts in sorted(_by_topic(self.ownership.registry).items()):
+                for topic, parts in sorted(partitions_by_topic(self.ownership.registry).items()):
                     topic_id = self._topic_ids.get(topic)
                     if topic_id is not None:
                         owned.append((topic_id, sorted(parts)))
@@ -423,7 +407,9 @@ class ConsumerProtocolCoordinator:
             except (OffsetStorageError, ConsumerError) as e:
                 log.warning("[%s] commit before revoking failed: %s", self.consumer_id, e)
         if self.listener is not None:
-            await _call_listener(self.listener.before_releasing_partitions(_by_topic(released)))
+            await call_listener(
+                self.listener.before_releasing_partitions(partitions_by_topic(released))
+            )
         self.offset_store.forget(released)
         own.release(released)
         return released
@@ -462,7 +448,7 @@ class ConsumerProtocolCoordinator:
             view: dict[str, dict[int, ConsumerThreadId]] = {}
             for tp in target:
                 view.setdefault(tp.topic, {})[tp.partition] = self.thread_for(tp)
-            await _call_listener(self.listener.before_starting_fetchers(self.consumer_id, view))
+            await call_listener(self.listener.before_starting_fetchers(self.consumer_id, view))
         if self.fetch_enabled and len(own):
             self.fetcher.kafka = await self.cluster.kafka()
             await self.fetcher.ensure_fetching(

@@ -51,7 +51,7 @@ from .kafka.group import (
 )
 from .metrics import ConsumerMetrics
 from .offsets import OffsetStore
-from .ownership import OwnershipState, partition_info
+from .ownership import OwnershipState, call_listener, partition_info, partitions_by_topic
 from .plan import plan_moves
 from .records import HISTORY_LIMIT, RebalanceRecord, TopicPartition
 from .subscription import ConsumerThreadId, TopicCount, WildcardTopicCount
@@ -65,15 +65,6 @@ METADATA_REFRESH_MS = 5000
 
 _RETRY_BACKOFF_S = 0.1
 _RETRY_BACKOFF_MAX_S = 1.0
-
-
-async def _call_listener(call: Awaitable[None]) -> None:
-    try:
-        await call
-    except ConsumerError:
-        raise
-    except Exception as e:
-        raise ConsumerError(f"the rebalance listener raised {e!r}") from e
 
 
 class KafkaCoordinator:
@@ -261,10 +252,9 @@ class KafkaCoordinator:
             except (OffsetStorageError, ConsumerError) as e:
                 log.warning("[%s] commit before rejoining failed: %s", self.consumer_id, e)
         if self.listener is not None:
-            ownership: dict[str, set[int]] = {}
-            for tp in released:
-                ownership.setdefault(tp.topic, set()).add(tp.partition)
-            await _call_listener(self.listener.before_releasing_partitions(ownership))
+            await call_listener(
+                self.listener.before_releasing_partitions(partitions_by_topic(released))
+            )
         self.offset_store.forget(released)
         own.release(released)
         return len(released)
@@ -373,7 +363,7 @@ class KafkaCoordinator:
             view: dict[str, dict[int, ConsumerThreadId]] = {}
             for tp in mine:
                 view.setdefault(tp.topic, {})[tp.partition] = self.thread_for(tp)
-            await _call_listener(self.listener.before_starting_fetchers(self.consumer_id, view))
+            await call_listener(self.listener.before_starting_fetchers(self.consumer_id, view))
         if self.fetch_enabled and len(own):
             self.fetcher.kafka = await self.cluster.kafka()
             await self.fetcher.ensure_fetching(

@@ -17,16 +17,43 @@ replaced (not mutated) on every change, so a caller iterating a snapshot is neve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import MappingProxyType
 
 from .config import ConsumerConfig
+from .errors import ConsumerError
 from .metrics import ConsumerMetrics
 from .records import OwnershipGate, PartitionTopicInfo, TopicPartition
 from .stream import SHUTDOWN_COMMAND, ChunkQueue
 from .subscription import ConsumerThreadId
 
-__all__ = ["OwnershipState", "partition_info"]
+__all__ = ["OwnershipState", "call_listener", "partition_info", "partitions_by_topic"]
+
+
+async def call_listener(call: Awaitable[None]) -> None:
+    """Await a rebalance listener hook; any exception it raises fails the rebalance attempt.
+
+    As the original, where the listener ran inside the attempt's ``try``; shared by the
+    ZooKeeper rebalancer and both Kafka coordinators.
+
+    Raises:
+        ConsumerError: the hook raised (a ``ConsumerError`` as itself, anything else wrapped).
+    """
+    try:
+        await call
+    except ConsumerError:
+        raise
+    except Exception as e:
+        raise ConsumerError(f"the rebalance listener raised {e!r}") from e
+
+
+def partitions_by_topic(tps: Iterable[TopicPartition]) -> dict[str, set[int]]:
+    """``{topic: {partition, ...}}`` of ``tps``: the shape ``before_releasing_partitions``
+    takes."""
+    out: dict[str, set[int]] = {}
+    for tp in tps:
+        out.setdefault(tp.topic, set()).add(tp.partition)
+    return out
 
 
 def partition_info(

@@ -56,7 +56,7 @@ from .fetcher import FetcherManager
 from .membership import Membership
 from .metrics import ConsumerMetrics
 from .offsets import NO_OFFSET, OffsetStore
-from .ownership import OwnershipState, partition_info
+from .ownership import OwnershipState, call_listener, partition_info, partitions_by_topic
 from .plan import Moves, decide_claims, decide_fencing, plan_assignment, plan_moves
 from .records import HISTORY_LIMIT, RebalanceRecord, TopicPartition
 from .subscription import ConsumerThreadId, TopicCount, construct_topic_count
@@ -87,19 +87,6 @@ class RebalanceListener(Protocol):
     def before_starting_fetchers(
         self, consumer_id: str, global_partition_assignment: dict[str, dict[int, ConsumerThreadId]]
     ) -> Awaitable[None]: ...
-
-
-async def _call_listener(call: Awaitable[None]) -> None:
-    """Await a listener hook; any exception it raises fails the rebalance attempt.
-
-    As the original, where the listener ran inside the attempt's ``try``.
-    """
-    try:
-        await call
-    except ConsumerError:
-        raise
-    except Exception as e:
-        raise ConsumerError(f"the rebalance listener raised {e!r}") from e
 
 
 class Rebalancer:
@@ -306,10 +293,9 @@ class Rebalancer:
             except (ZookeeperError, OffsetStorageError) as e:
                 log.warning("[%s] commit before release failed: %s", self.consumer_id, e)
         if self.listener is not None:
-            ownership: dict[str, set[int]] = {}
-            for tp in released:
-                ownership.setdefault(tp.topic, set()).add(tp.partition)
-            await _call_listener(self.listener.before_releasing_partitions(ownership))
+            await call_listener(
+                self.listener.before_releasing_partitions(partitions_by_topic(released))
+            )
         await self._delete_owner_nodes(released)
         self.offset_store.forget(released)
         self.ownership.release(released)
@@ -454,7 +440,7 @@ class Rebalancer:
             for per_consumer in assignment.values():
                 for tp, tid in per_consumer.items():
                     global_view.setdefault(tp.topic, {})[tp.partition] = tid
-            await _call_listener(self.listener.before_starting_fetchers(me, global_view))
+            await call_listener(self.listener.before_starting_fetchers(me, global_view))
         if self.fetch_enabled and len(own):
             self.fetcher.kafka = await self.cluster.kafka()
             # Also after an attempt that failed once its claims were in (a broker was
