@@ -107,6 +107,8 @@ class ClusterState(enum.Enum):
     STOPPED = "stopped"
 
 
+_EXPIRE_ATTEMPTS = 5
+
 class LocalCluster:
     """A local ZooKeeper + Kafka cluster of real ``java`` processes.
 
@@ -719,21 +721,27 @@ class LocalCluster:
             LocalClusterError: if the cluster is not running.
         """
         self._require_running()
-        zk = ZKClient(self.zookeeper_connect, session_timeout=10)
-        zk.session.session_id = session_id
-        zk.session.password = password
-        try:
+        # The owner, whose connection the server drops when this one attaches, reconnects
+        # within about 100 ms and may take the session back before this attach completes
+        # (aiozk then opens a fresh session here): try again a few times.
+        for _ in range(_EXPIRE_ATTEMPTS):
+            zk = ZKClient(self.zookeeper_connect, session_timeout=10)
+            zk.session.session_id = session_id
+            zk.session.password = password
             try:
-                async with asyncio.timeout(REQUEST_TIMEOUT_S):
-                    await zk.start()
-            except TimeoutError as exc:
-                raise ZookeeperConnectionError(
-                    f"no ZooKeeper session with {self.zookeeper_connect}"
-                ) from exc
-            # aiozk silently opens a fresh session when the server refuses the old one.
-            attached = zk.session.session_id == session_id
-        finally:
-            await close_raw(zk, CLOSE_TIMEOUT_S)
+                try:
+                    async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                        await zk.start()
+                except TimeoutError as exc:
+                    raise ZookeeperConnectionError(
+                        f"no ZooKeeper session with {self.zookeeper_connect}"
+                    ) from exc
+                # aiozk silently opens a fresh session when the server refuses the old one.
+                attached = zk.session.session_id == session_id
+            finally:
+                await close_raw(zk, CLOSE_TIMEOUT_S)
+            if attached:
+                break
         if not attached:
             raise ZookeeperSessionExpiredError(
                 f"ZooKeeper session {session_id:#x} is not alive (already expired or closed, "
