@@ -28,6 +28,7 @@ except ImportError as e:
         "pip install 'aiozkconsumer[arrow]'"
     ) from e
 
+from .kafka import native
 from .records import MessageAndMetadata
 
 __all__ = ["ARROW_EXTRA", "ColumnBuilder", "kafka_arrow_schema"]
@@ -85,6 +86,9 @@ class ColumnBuilder:
     def __init__(self, *, include_headers: bool = False, schema: pa.Schema | None = None) -> None:
         self.include_headers = include_headers
         self._schema = schema if schema is not None else kafka_arrow_schema(include_headers)
+        # With the native decoder, rows go straight into Arrow buffers (kafka/_native.c);
+        # the per-column lists below stay empty.
+        self._native: Any = native.NativeColumns(include_headers) if native.AVAILABLE else None
         self._reset()
 
     def _reset(self) -> None:
@@ -98,12 +102,111 @@ class ColumnBuilder:
 
     def __len__(self) -> int:
         """The number of records gathered since the last :meth:`take_batch`."""
+        if self._native is not None:
+            return len(self._native)
         return len(self._offsets)
 
     @property
     def last_offset(self) -> int:
         """The offset of the last record added (``-1`` when none is gathered)."""
+        if self._native is not None:
+            return int(self._native.last_offset)
         return self._offsets[-1] if self._offsets else -1
+
+    @property
+    def native_decoder(self) -> bool:
+        """Whether rows go into the native decoder's buffers (``add_native_batches`` works)."""
+        return self._native is not None
+
+    def add_native_batches(
+        self,
+        batches: list[Any],
+        index: int,
+        topic: str,
+        partition: int,
+        min_offset: int = 0,
+        limit: int = sys.maxsize,
+        end: int = sys.maxsize,
+    ) -> tuple[int, int, int, int]:
+        """Add the records of ``batches[index:]``, batch after batch, in as few calls as can be.
+
+        The decoder reads native batches from ``index`` on, stepping over control batches,
+        until ``limit`` rows are added, a record at ``end`` or beyond comes, the list ends, or
+        an item it cannot read comes (a compressed batch, an aiokafka batch, a skipped one:
+        the caller handles it and calls again).
+
+        Args:
+            batches: a chunk's batches (a list; native batches keep their cursor).
+            index: the first batch to read (it may have been read in part).
+            topic: their topic.
+            partition: their partition.
+            min_offset: records at lower offsets are skipped.
+            limit: the most rows to add.
+            end: stop before a record at this offset or beyond.
+
+        Returns:
+            ``(added, index, status, consumed)``: the rows added, the batch to read next, a
+            ``native.STATUS_*`` and the offset after the last row added or control batch
+            passed (``-1`` when none).
+
+        Raises:
+            ValueError: a record does not parse and nothing was added in this call
+                (``native.MalformedBatch`` names the batch).
+        """
+        columns = self._native
+        if columns is None:
+            raise RuntimeError("add_native_batches needs the native decoder")
+        take = native.native.take_columns_from
+        total = 0
+        consumed = -1
+        while True:
+            added, index, status, last, timestamp_type = take(
+                batches, index, columns, max(min_offset, consumed), limit - total, end
+            )
+            consumed = max(consumed, last)
+            if added:
+                total += added
+                self._add_run(topic, partition, timestamp_type, added)
+            if status != native.STATUS_TS_TYPE:
+                return total, index, status, consumed
+
+    def add_native(
+        self,
+        batch: Any,
+        topic: str,
+        partition: int,
+        min_offset: int = 0,
+        limit: int = sys.maxsize,
+        end: int = sys.maxsize,
+    ) -> tuple[int, int]:
+        """Add records of a native batch (``kafka.native``), from its cursor on.
+
+        The fast path: the decoder appends the records to the Arrow buffers itself.
+
+        Args:
+            batch: a :data:`~aiozkconsumer.kafka.native.NativeBatch`, decompressed
+                (:func:`~aiozkconsumer.kafka.native.decompressed`).
+            topic: its topic.
+            partition: its partition.
+            min_offset: records at lower offsets are skipped (taken, not added).
+            limit: the most records to add.
+            end: the decoder stops before a record at this offset or beyond.
+
+        Returns:
+            ``(added, status)``: the records added and a ``native.STATUS_*`` (``STATUS_DONE``
+            when the batch is used up).
+
+        Raises:
+            ValueError: the batch's records are malformed (callers name the partition with
+                :func:`~aiozkconsumer.kafka.native.malformed_error`).
+        """
+        columns = self._native
+        if columns is None:
+            raise RuntimeError("add_native needs the native decoder (kafka.native.AVAILABLE)")
+        added, status = batch.take_columns(columns, min_offset, limit, end)
+        if added:
+            self._add_run(topic, partition, batch.timestamp_type, added)
+        return added, status
 
     def _add_run(self, topic: str, partition: int, timestamp_type: int, rows: int) -> None:
         runs = self._runs
@@ -141,6 +244,8 @@ class ColumnBuilder:
             ``(added, taken)``: the records added, and the records taken from ``records``
             (added ones and those left out).
         """
+        if self._native is not None:
+            return self._append_records(records, topic, partition, timestamp_type, min_offset)
         offsets, keys, values, timestamps = (
             self._offsets,
             self._keys,
@@ -191,6 +296,35 @@ class ColumnBuilder:
             self._add_run(topic, partition, timestamp_type, added)
         return added, taken
 
+    def _append_records(
+        self,
+        records: Iterable[Any],
+        topic: str,
+        partition: int,
+        timestamp_type: int,
+        min_offset: int,
+    ) -> tuple[int, int]:
+        """``add_records`` into the native buffers (records parsed by aiokafka)."""
+        append = self._native.append
+        headers = self.include_headers
+        added = taken = 0
+        for record in records:
+            taken += 1
+            offset = record.offset
+            if offset < min_offset:
+                continue
+            append(
+                offset,
+                record.timestamp,
+                record.key,
+                record.value,
+                (record.headers or None) if headers else None,
+            )
+            added += 1
+        if added:
+            self._add_run(topic, partition, timestamp_type, added)
+        return added, taken
+
     def add_legacy_records(
         self,
         records: Iterable[Any],
@@ -220,13 +354,10 @@ class ColumnBuilder:
                 continue
             timestamp = record.timestamp
             timestamp_type = record.timestamp_type
-            self._offsets.append(offset)
-            self._keys.append(record.key)
-            self._values.append(record.value)
-            self._timestamps.append(timestamp if timestamp is not None else -1)
+            self._add_row(
+                offset, timestamp if timestamp is not None else -1, record.key, record.value, None
+            )
             self._add_run(topic, partition, timestamp_type if timestamp_type is not None else -1, 1)
-            if self.include_headers:
-                self._headers.append(None)
             added += 1
         return added, taken
 
@@ -240,15 +371,36 @@ class ColumnBuilder:
         """
         added = 0
         for m in messages:
-            self._offsets.append(m.offset)
-            self._keys.append(m.key)
-            self._values.append(m.value)
-            self._timestamps.append(m.timestamp)
+            self._add_row(m.offset, m.timestamp, m.key, m.value, m.headers or None)
             self._add_run(m.topic, m.partition, m.timestamp_type, 1)
-            if self.include_headers:
-                self._headers.append(m.headers or None)
             added += 1
         return added
+
+    def _add_row(
+        self,
+        offset: int,
+        timestamp: int,
+        key: Any,
+        value: Any,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+    ) -> None:
+        """One record, into the native buffers or the lists (the slow paths)."""
+        if self._native is not None:
+            for field_value in (key, value):
+                if field_value is not None and not isinstance(field_value, bytes | bytearray):
+                    raise pa.ArrowTypeError(
+                        f"a key or value is {type(field_value).__name__}, not bytes"
+                    )
+            self._native.append(
+                offset, timestamp, key, value, headers if self.include_headers else None
+            )
+            return
+        self._offsets.append(offset)
+        self._keys.append(key)
+        self._values.append(value)
+        self._timestamps.append(timestamp)
+        if self.include_headers:
+            self._headers.append(headers)
 
     def take_batch(self) -> pa.RecordBatch:
         """The gathered records as one Arrow record batch; the columns start empty again.
@@ -267,31 +419,94 @@ class ColumnBuilder:
                 (``add_messages`` of decoded records).
         """
         schema = self._schema
+        if self._native is not None:
+            return self._take_native_batch(schema)
         rows = len(self._offsets)
-        runs = self._runs
-        counts = np.fromiter((n for *_, n in runs), np.int64, len(runs))
-        topics = {topic: i for i, topic in enumerate(dict.fromkeys(t for t, *_ in runs))}
-        if len(topics) == 1:
-            topic_column = pa.array(itertools.repeat(runs[0][0], rows), pa.string(), size=rows)
-        else:
-            indices = np.repeat(np.fromiter((topics[t] for t, *_ in runs), np.int32), counts)
-            topic_column = pa.array(list(topics), pa.string()).take(pa.array(indices))
-        partitions = np.repeat(np.fromiter((p for _, p, _, _ in runs), np.int32), counts)
-        types = np.repeat(np.fromiter((t for _, _, t, _ in runs), np.int32), counts)
+        topic_column, partition_column, type_column = _run_columns(self._runs, rows)
         millis = np.fromiter(self._timestamps, np.int64, rows)
         columns = [
             pa.array(self._keys, pa.binary()),
             pa.array(self._values, pa.binary()),
             topic_column,
-            pa.array(partitions, pa.int32()),
+            partition_column,
             pa.array(self._offsets, pa.int64()),
             pa.array(millis * _US_PER_MS, schema.field("timestamp").type),
-            pa.array(types, pa.int32()),
+            type_column,
         ]
         if self.include_headers:
             columns.append(_headers_column(self._headers, schema.field("headers").type))
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def _take_native_batch(self, schema: pa.Schema) -> pa.RecordBatch:
+        """``take_batch`` over the native decoder's buffers (no copy of keys or values)."""
+        rows, offsets, timestamps, keys, values, headers = self._native.take()
+        topic_column, partition_column, type_column = _run_columns(self._runs, rows)
+        columns = [
+            _var_column(pa.binary(), rows, keys),
+            _var_column(pa.binary(), rows, values),
+            topic_column,
+            partition_column,
+            pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(offsets)]),
+            pa.Array.from_buffers(
+                schema.field("timestamp").type, rows, [None, pa.py_buffer(timestamps)]
+            ),
+            type_column,
+        ]
+        if self.include_headers:
+            list_validity, list_offsets, list_nulls, entries, header_keys, header_values = headers
+            list_type = schema.field("headers").type
+            struct_type = list_type.value_type
+            entry_array = pa.StructArray.from_arrays(
+                [
+                    _var_column(struct_type.field("key").type, entries, header_keys),
+                    _var_column(struct_type.field("value").type, entries, header_values),
+                ],
+                fields=list(struct_type),
+            )
+            columns.append(
+                pa.Array.from_buffers(
+                    list_type,
+                    rows,
+                    [
+                        pa.py_buffer(list_validity) if list_validity is not None else None,
+                        pa.py_buffer(list_offsets),
+                    ],
+                    null_count=list_nulls,
+                    children=[entry_array],
+                )
+            )
+        self._reset()
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _run_columns(runs: Sequence[tuple[str, int, int, int]], rows: int) -> tuple[pa.Array, ...]:
+    """``topic``, ``partition`` and ``timestampType`` from the runs of records added."""
+    counts = np.fromiter((n for *_, n in runs), np.int64, len(runs))
+    topics = {topic: i for i, topic in enumerate(dict.fromkeys(t for t, *_ in runs))}
+    if len(topics) == 1:
+        topic_column = pa.array(itertools.repeat(runs[0][0], rows), pa.string(), size=rows)
+    else:
+        indices = np.repeat(np.fromiter((topics[t] for t, *_ in runs), np.int32), counts)
+        topic_column = pa.array(list(topics), pa.string()).take(pa.array(indices))
+    partitions = np.repeat(np.fromiter((p for _, p, _, _ in runs), np.int32), counts)
+    types = np.repeat(np.fromiter((t for _, _, t, _ in runs), np.int32), counts)
+    return topic_column, pa.array(partitions, pa.int32()), pa.array(types, pa.int32())
+
+
+def _var_column(type_: pa.DataType, rows: int, parts: tuple[Any, Any, Any, int]) -> pa.Array:
+    """A binary or string array over the native decoder's buffers, without a copy."""
+    validity, offsets, data, nulls = parts
+    return pa.Array.from_buffers(
+        type_,
+        rows,
+        [
+            pa.py_buffer(validity) if validity is not None else None,
+            pa.py_buffer(offsets),
+            pa.py_buffer(data),
+        ],
+        null_count=nulls,
+    )
 
 
 def _headers_column(

@@ -35,7 +35,7 @@ import functools
 import logging
 import struct
 import time
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,7 @@ from aiokafka.record.memory_records import MemoryRecords
 from .assignors import java_string_hash
 from .cluster import EARLIEST, LATEST, KafkaClient
 from .errors import BrokerNotAvailableError, ConsumerError, CorruptRecordError, UnknownTopicError
+from .kafka import native
 from .kafka.client import FetchChannel
 from .kafka.crc import SkippedBatch, corrupt_batches
 from .kafka.errors import PartitionError, classify_partition_error, error_name
@@ -328,15 +329,17 @@ class ConsumerFetcher:
         if not data:
             return False
         config = self.manager.config
-        records = MemoryRecords(data)
         batches: list[Any] = []
         next_offset = fetch_offset
         corrupt: CorruptRecordError | None = None
-        bad = corrupt_batches(data, pti.tp) if config.check_crcs else None
-        while records.has_next():
-            batch = records.next_batch()
-            if batch is None:
-                break
+        parsed = native.parse_record_set(data, pti.tp, config.check_crcs)
+        if parsed is not None:
+            source: Iterable[Any] = parsed[0]
+            bad: dict[int, CorruptRecordError] | None = parsed[1]
+        else:
+            source = _batches(MemoryRecords(bytes(data)))
+            bad = corrupt_batches(data, pti.tp) if config.check_crcs else None
+        for batch in source:
             if bad and batch.next_offset in bad:
                 e = bad[batch.next_offset]
                 if not self._skip_corrupt(pti, e, next_offset):
@@ -348,7 +351,7 @@ class ConsumerFetcher:
         if batches:
             metrics = self.manager.metrics
             if metrics is not None:
-                size = records.size_in_bytes()
+                size = len(data)
                 metrics.bytes_per_sec(pti.topic).mark(size)
                 metrics.bytes_per_sec().mark(size)
             self._hand_over(FetchedDataChunk(batches, pti, fetch_offset), next_offset)
@@ -709,3 +712,12 @@ class FetcherManager:
             f"{len(self.partition_map)} partitions, {len(self.fetchers)} fetchers, "
             f"{len(self._no_leader)} without leader]>"
         )
+
+
+def _batches(records: MemoryRecords) -> Iterator[Any]:
+    """aiokafka's batches of a record set, in order (a trailing partial batch left out)."""
+    while records.has_next():
+        batch = records.next_batch()
+        if batch is None:
+            return
+        yield batch

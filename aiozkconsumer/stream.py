@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .errors import ConsumerTimeoutError, CorruptRecordError, MessageSizeTooLargeError
 from .interceptors import Interceptors
+from .kafka import native
+from .kafka.native import NativeBatch
 from .records import FetchedDataChunk, MessageAndMetadata, PartitionTopicInfo
 
 if TYPE_CHECKING:
@@ -90,6 +92,7 @@ class ConsumerIterator:
     __slots__ = (
         "_batches",
         "_count",
+        "_index",
         "_deferred",
         "_done",
         "_key_decoder",
@@ -115,8 +118,9 @@ class ConsumerIterator:
         # The chunk being iterated: its partition, its remaining record batches, and the
         # records left in the current batch.
         self._pti: PartitionTopicInfo | None = None
-        self._batches: Iterator[Any] | None = None
-        self._recs: Iterator[Any] | None = None
+        self._batches: list[Any] | None = None
+        self._index = 0  # the next batch of _batches to read
+        self._recs: Iterator[Any] | None = None  # the records left in an aiokafka batch
         self._timestamp_type: int | None = None  # of the current batch; None: per record
         self._overlap = False  # the current batch starts below the consumed offset
         self._pending: Any = None  # a record held back while the gate is closed
@@ -161,31 +165,54 @@ class ConsumerIterator:
             # After an offset reset the chunk starts past what was consumed.
             pti.consumed_offset = chunk.fetch_offset
         self._pti = pti
-        self._batches = iter(chunk.batches)
+        batches = chunk.batches
+        self._batches = batches if type(batches) is list else list(batches)
+        self._index = 0
         self._recs = None
 
     def _next_batch_records(self) -> bool:
-        """Move to the next data batch of the current chunk; ``False`` when none is left."""
+        """Step to the batch at ``_index`` the native loops did not read.
+
+        A control batch (or a skipped corrupt one) moves the consumed offset past it; a
+        compressed native batch is decompressed in place (the native loop reads it next); an
+        aiokafka batch becomes ``_recs``, read record by record. ``False`` when the chunk is
+        used up.
+        """
         batches = self._batches
         pti = self._pti
         if batches is None or pti is None:
             return False
-        for batch in batches:
-            if batch.is_control_batch:
-                # Transaction markers occupy offsets but are not records: move past them.
-                if pti.active and pti.consumed_offset < batch.next_offset:
-                    pti.consumed_offset = batch.next_offset
-                continue
-            # A record batch is its own iterator and may be iterated only once (aiokafka's
-            # Cython batches assert it): wrap its __next__ in a C iterator that for-loops can
-            # resume as often as needed.
-            self._recs = iter(iter(batch).__next__, None)
-            # Magic 2: one type for the batch; a legacy message set has it per record.
-            self._timestamp_type = getattr(batch, "timestamp_type", None)
-            self._overlap = getattr(batch, "base_offset", -1) < pti.consumed_offset
+        index = self._index
+        if index >= len(batches):
+            self.clear_current_chunk()
+            return False
+        batch = batches[index]
+        if batch.is_control_batch:
+            # Transaction markers occupy offsets but are not records: move past them.
+            if pti.active and pti.consumed_offset < batch.next_offset:
+                pti.consumed_offset = batch.next_offset
+            self._index = index + 1
             return True
-        self.clear_current_chunk()
-        return False
+        if type(batch) is NativeBatch:
+            if not batch.compression:
+                raise RuntimeError(f"{batch!r} reached the record-by-record path")
+            # Decompressed here, as aiokafka's batches decompress when first read; the
+            # native loop reads it next.
+            try:
+                batches[index] = native.decompressed(batch)
+            except ValueError as e:
+                self.clear_current_chunk()
+                raise native.malformed_error(pti.topic, pti.partition, batch, e) from None
+            return True
+        self._index = index + 1
+        # A record batch is its own iterator and may be iterated only once (aiokafka's
+        # Cython batches assert it): wrap its __next__ in a C iterator that for-loops can
+        # resume as often as needed.
+        self._recs = iter(iter(batch).__next__, None)
+        # Magic 2: one type for the batch; a legacy message set has it per record.
+        self._timestamp_type = getattr(batch, "timestamp_type", None)
+        self._overlap = getattr(batch, "base_offset", -1) < pti.consumed_offset
+        return True
 
     def _message(self, pti: PartitionTopicInfo, record: Any, offset: int) -> MessageAndMetadata:
         key = record.key
@@ -227,7 +254,24 @@ class ConsumerIterator:
         mam = MessageAndMetadata
         while n < limit:
             pti = self._pti
+            if pti is not None and not pti.active:
+                self.clear_current_chunk()  # partition released mid-chunk: drop the rest
+                continue
             recs = self._recs
+            if pti is not None and recs is None and native.AVAILABLE:
+                # Between batches: the native decoder reads what it can in one call.
+                gate = pti.gate
+                if not gate.open or _monotonic() >= gate.deadline:
+                    return pti
+                got, status = self._take_native(pti, out, limit - n, plain)
+                n += got
+                if status == native.STATUS_GATE:
+                    return pti
+                if status == native.STATUS_ERROR:
+                    return None  # the records read go out; the next call raises
+                if status == native.STATUS_FULL or n >= limit:
+                    continue
+                # STATUS_DONE or STATUS_FOREIGN: the Python path takes the next item.
             if pti is None or recs is None:
                 if pti is not None and self._next_batch_records():
                     continue
@@ -285,6 +329,50 @@ class ConsumerIterator:
             self._count += taken
         return None
 
+    def _take_native(
+        self,
+        pti: PartitionTopicInfo,
+        out: list[MessageAndMetadata],
+        room: int,
+        plain: bool,
+    ) -> tuple[int, int]:
+        """Records of the current chunk's native batches into ``out`` (at most ``room``).
+
+        The decoder reads batch after batch from ``_index`` on, checks the gate's deadline
+        before every record and steps over control batches. Returns ``(appended, status)``
+        (a ``native.STATUS_*``); the consumed offset advances past what was read.
+        """
+        target = out if plain else []
+        try:
+            got, self._index, status, consumed = native.native.take_messages_from(
+                self._batches,
+                self._index,
+                target,
+                MessageAndMetadata,
+                pti.topic,
+                pti.partition,
+                pti.consumed_offset,
+                room,
+                pti.gate.deadline,
+            )
+        except ValueError as e:
+            batch = self._batches[self._index] if self._batches else None
+            self.clear_current_chunk()
+            raise native.malformed_error(pti.topic, pti.partition, batch, e) from None
+        if not plain:
+            kd, vd = self._key_decoder, self._value_decoder
+            for m in target:
+                key, value = m.key, m.value
+                if key is not None and kd is not None:
+                    key = kd(key)
+                if value is not None and vd is not None:
+                    value = vd(value)
+                out.append(m._replace(key=key, value=value))
+        if consumed > pti.consumed_offset:
+            pti.consumed_offset = consumed
+        self._count += got
+        return got, status
+
     def _poll_columns(self, columns: ColumnBuilder, limit: int) -> PartitionTopicInfo | None:
         """As ``_poll``, the records added to ``columns`` (up to ``len(columns) == limit``).
 
@@ -299,6 +387,37 @@ class ConsumerIterator:
         n = len(columns)
         while n < limit:
             pti = self._pti
+            if pti is not None and not pti.active:
+                self.clear_current_chunk()  # partition released mid-chunk: drop the rest
+                continue
+            recs = self._recs
+            if pti is not None and recs is None and columns.native_decoder:
+                # Between batches: the native decoder reads what it can in one call.
+                gate = pti.gate
+                if not gate.open or _monotonic() >= gate.deadline:
+                    return pti
+                assert self._batches is not None
+                try:
+                    added, self._index, status, consumed = columns.add_native_batches(
+                        self._batches,
+                        self._index,
+                        pti.topic,
+                        pti.partition,
+                        pti.consumed_offset,
+                        limit - n,
+                    )
+                except ValueError as e:
+                    batch = self._batches[self._index]
+                    self.clear_current_chunk()
+                    raise native.malformed_error(pti.topic, pti.partition, batch, e) from None
+                if consumed > pti.consumed_offset:
+                    pti.consumed_offset = consumed
+                self._count += added
+                n += added
+                if status == native.STATUS_ERROR:
+                    return None  # the rows read go out; the next call raises
+                if status == native.STATUS_FULL or n >= limit:
+                    continue
             recs = self._recs
             if pti is None or recs is None:
                 if pti is not None and self._next_batch_records():
@@ -427,6 +546,7 @@ class ConsumerIterator:
         self._flush_meters()
         self._pti = None
         self._batches = None
+        self._index = 0
         self._recs = None
         self._pending = None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -20,11 +20,13 @@ from _support import config_for
 from aiokafka import AIOKafkaProducer
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.record.util import calc_crc32c
 
 from aiozkconsumer import ConsumerConfig, TopicPartition, create_connector
 from aiozkconsumer.base_connector import ConsumerConnector
 from aiozkconsumer.errors import ConsumerTimeoutError, MessageSizeTooLargeError
 from aiozkconsumer.interceptors import Interceptors
+from aiozkconsumer.kafka import native
 from aiozkconsumer.records import (
     FetchedDataChunk,
     MessageAndMetadata,
@@ -39,6 +41,15 @@ Spec = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
 
 GZIP = 1
 _CONTROL_ATTRS = 0x30  # transactional | control
+_DECODER = ["aiokafka"]  # which parser record_batch() hands its batch to
+
+
+@pytest.fixture(params=["aiokafka", "native"])
+def decoder(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test over aiokafka's batches and over the native decoder's."""
+    _DECODER[0] = request.param
+    yield request.param
+    _DECODER[0] = "aiokafka"
 
 
 def record_batch(
@@ -58,6 +69,14 @@ def record_batch(
     if control:
         (attrs,) = struct.unpack_from(">h", raw, 21)
         struct.pack_into(">h", raw, 21, attrs | _CONTROL_ATTRS)
+    if control or compression:
+        # The builder's CRC no longer matches the edited attributes: compute it again.
+        struct.pack_into(">I", raw, 17, calc_crc32c(bytes(raw[21:])))
+    if _DECODER[0] == "native":
+        parsed = native.parse_record_set(bytes(raw), TopicPartition("t", 0), True)
+        assert parsed is not None and not parsed[1]
+        (native_batch,) = parsed[0]
+        return native_batch
     records = MemoryRecords(bytes(raw))
     batch = records.next_batch()
     assert batch is not None and not records.has_next()
@@ -144,6 +163,7 @@ def schema_of(include_headers: bool) -> pa.Schema:
     return kafka_arrow_schema(include_headers)
 
 
+@pytest.mark.usefixtures("decoder")
 @pytest.mark.parametrize("max_records", [1, 3, 1000])
 @pytest.mark.parametrize("include_headers", [False, True])
 async def test_arrow_batches_hold_the_records_of_batches(
@@ -175,6 +195,7 @@ async def test_arrow_batches_hold_the_records_of_batches(
     assert (p0.consumed_offset, p1.consumed_offset) == (13, 18)
 
 
+@pytest.mark.usefixtures("decoder")
 async def test_offsets_count_as_consumed_when_a_batch_is_handed_out() -> None:
     queue: ChunkQueue = ChunkQueue(maxsize=2)
     p0 = info(queue)
@@ -194,6 +215,7 @@ async def test_offsets_count_as_consumed_when_a_batch_is_handed_out() -> None:
         await stream.arrow_batches().__anext__()
 
 
+@pytest.mark.usefixtures("decoder")
 async def test_a_record_held_by_the_record_path_goes_into_the_next_batch() -> None:
     queue: ChunkQueue = ChunkQueue(maxsize=2)
     gate = OwnershipGate()
@@ -215,6 +237,7 @@ async def test_a_record_held_by_the_record_path_goes_into_the_next_batch() -> No
     assert p0.consumed_offset == 4
 
 
+@pytest.mark.usefixtures("decoder")
 async def test_a_released_partition_is_dropped() -> None:
     queue: ChunkQueue = ChunkQueue(maxsize=3)
     released, kept = info(queue, 0), info(queue, 1)
@@ -230,6 +253,7 @@ async def test_a_released_partition_is_dropped() -> None:
     assert released.consumed_offset == 1
 
 
+@pytest.mark.usefixtures("decoder")
 async def test_a_too_large_batch_raises_after_the_records_in_hand() -> None:
     queue: ChunkQueue = ChunkQueue(maxsize=3)
     ok, big = info(queue, 0), info(queue, 1, consumed=42)
@@ -242,6 +266,7 @@ async def test_a_too_large_batch_raises_after_the_records_in_hand() -> None:
             await anext(batches)
 
 
+@pytest.mark.usefixtures("decoder")
 async def test_interceptors_see_each_batch_once() -> None:
     class DropTombstones:
         def __init__(self) -> None:

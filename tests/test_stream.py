@@ -1,16 +1,36 @@
-"""ConsumerIterator semantics, on real record batches built with aiokafka (no servers)."""
+"""ConsumerIterator semantics, on real record batches built with aiokafka (no servers).
+
+Every test runs twice: over aiokafka's parsed batches and over the native decoder's
+(``kafka/native.py``), which the fetcher hands over when the extension is built.
+"""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 
 from aiozkconsumer.errors import ConsumerTimeoutError, MessageSizeTooLargeError
-from aiozkconsumer.records import FetchedDataChunk, MessageAndMetadata, PartitionTopicInfo
+from aiozkconsumer.kafka import native
+from aiozkconsumer.records import (
+    FetchedDataChunk,
+    MessageAndMetadata,
+    PartitionTopicInfo,
+    TopicPartition,
+)
 from aiozkconsumer.stream import SHUTDOWN_COMMAND, ChunkQueue, KafkaStream
+
+_DECODER = ["aiokafka"]
+
+
+@pytest.fixture(autouse=True, params=["aiokafka", "native"])
+def decoder(request: pytest.FixtureRequest) -> Iterator[str]:
+    _DECODER[0] = request.param
+    yield request.param
+    _DECODER[0] = "aiokafka"
 
 
 def batch(base_offset: int, n: int, *, ts: int = 1_700_000_000_000) -> object:
@@ -22,6 +42,10 @@ def batch(base_offset: int, n: int, *, ts: int = 1_700_000_000_000) -> object:
         )
     raw = bytearray(builder.build())
     raw[0:8] = struct.pack(">q", base_offset)  # the broker assigns the base offset
+    if _DECODER[0] == "native":
+        parsed = native.parse_record_set(bytes(raw), TopicPartition("t", 0), True)
+        assert parsed is not None and not parsed[1]
+        return parsed[0][0]
     records = MemoryRecords(bytes(raw))
     b = records.next_batch()
     assert b is not None and not records.has_next()

@@ -26,15 +26,19 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BrokerNotAvailableError
+from . import native
 
 __all__ = ["FetchConnection", "FetchResponse", "FetchResponseParser", "PartitionData"]
 
 log = logging.getLogger(__name__)
+
+_alloc: Callable[[int], bytearray] = native.native.alloc if native.AVAILABLE else bytearray
+"""A buffer to receive a record set into (the native one is not zero-filled first)."""
 
 READ_AHEAD = 16 * 1024
 """Bytes a receive may bring ahead of the field being parsed (header fields only)."""
@@ -50,7 +54,7 @@ _PART_V4 = struct.Struct(">ihqqi")  # partition, error, high watermark, last sta
 _PART_V5 = struct.Struct(">ihqqqi")  # ... + log start offset
 _ABORTED = struct.Struct(">qq")
 
-PartitionData = tuple[int, int, int, int, int, "list[tuple[int, int]] | None", "bytes | None"]
+PartitionData = tuple[int, int, int, int, int, "list[tuple[int, int]] | None", "bytes | bytearray | None"]
 """``(partition, error code, high watermark, last stable offset, log start offset (-1 before
 v5), aborted transactions, records)``: the leading fields and the last one where aiokafka's
 decoded ``FetchResponse`` has them, so the fetcher reads either the same way."""
@@ -136,7 +140,7 @@ class FetchResponseParser:
                 n, is_records = self._need
                 have = self._end - self._start
                 if is_records:
-                    record = bytearray(n)
+                    record = _alloc(n)
                     take = min(have, n)
                     record[:take] = self._ahead[self._start : self._start + take]
                     self._start += take
@@ -219,14 +223,22 @@ class FetchResponseParser:
                 if left < 0:
                     raise ValueError("record set length beyond the response")
                 (length,) = _I32.unpack_from((yield tail, False), tail - 4)
-                records: bytes | None = None
+                records: bytes | bytearray | None = None
                 if length >= 0:
                     left -= length
                     if left < 0:
                         raise ValueError("record set beyond the response")
-                    # The one copy into the bytes MemoryRecords takes (it refuses buffers).
-                    records = bytes((yield length, True)) if length else b""
-                    self.bytes_copied += length
+                    if not length:
+                        records = b""
+                    elif native.AVAILABLE:
+                        # The native decoder reads the receive buffer itself: no copy.
+                        received = (yield length, True).obj
+                        assert isinstance(received, bytearray)
+                        records = received
+                    else:
+                        # The one copy into the bytes MemoryRecords takes (it refuses buffers).
+                        records = bytes((yield length, True))
+                        self.bytes_copied += length
                 parts.append((partition, error, hw, lso, log_start, aborted, records))
             resp.topics.append((topic, parts))
         if left:
