@@ -429,7 +429,7 @@ typedef struct {
  * POOL_BYTES of buffers (oldest dropped first).
  */
 enum { POOL_SLOTS = 64, POOL_MIN = 64 * 1024 };
-static const Py_ssize_t POOL_BYTES = 64 * 1024 * 1024;
+static const Py_ssize_t POOL_BYTES = 16 * 1024 * 1024;
 static PyObject *pool[POOL_SLOTS];
 static Py_ssize_t pool_size[POOL_SLOTS]; /* each one's allocation when added */
 static int pool_n = 0;

@@ -3,10 +3,13 @@
 An executor of the ``zkkafka`` source reads an offset range of one partition and hands Spark
 Arrow record batches. Going through :class:`~aiozkconsumer.records.MessageAndMetadata`
 would build a tuple per record only to take it apart again column by column; instead
-:class:`RecordColumns` appends each record's fields to per-column lists as aiokafka's record
-batch parser yields them (:class:`aiozkconsumer.columns.ColumnBuilder`, shared with
-``KafkaStream.arrow_batches``), and turns them into a ``pyarrow.RecordBatch`` in
-:func:`~aiozkconsumer.spark.schema.arrow_schema` in one go. The rules are those of
+:class:`RecordColumns` has the native decoder (``kafka/native.py``) append each record's
+key and value to Arrow buffers straight from the fetched bytes, batch after batch
+(:class:`aiozkconsumer.columns.ColumnBuilder`, shared with ``KafkaStream.arrow_batches``),
+and turns them into a ``pyarrow.RecordBatch`` in
+:func:`~aiozkconsumer.spark.schema.arrow_schema` in one go. Without the extension (or for
+record sets with magic 0/1 batches) aiokafka's parser yields the records into per-column
+lists instead. The rules are those of
 :func:`~aiozkconsumer.simple_consumer.parse_records` (which the connector's fetcher uses):
 control batches are skipped, records before the fetch offset (inside a compressed batch) are
 left out, and the next offset is the one after the last complete batch.
@@ -14,10 +17,14 @@ left out, and the next offset is the one after the last complete batch.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 
 from ..columns import ColumnBuilder
+from ..errors import CorruptRecordError
+from ..kafka import native
 from ..kafka.crc import check_record_set
 from ..kafka.errors import RECORD_PARSE_ERRORS
 from ..records import TopicPartition
@@ -70,6 +77,10 @@ class RecordColumns(ColumnBuilder):
         """
         if not data:
             return fetch_offset
+        if self.native_decoder:
+            parsed = native.parse_record_set(data, self.tp, True)  # check.crcs, always on
+            if parsed is not None:
+                return self._add_native_fetch(parsed, fetch_offset, end, max_bytes)
         check_record_set(data, self.tp)  # check.crcs, always on for Spark: raises
         memory_records = MemoryRecords(bytes(data))
         next_offset = fetch_offset
@@ -103,3 +114,36 @@ class RecordColumns(ColumnBuilder):
         if not complete:
             raise message_too_large_error(self.tp, fetch_offset, max_bytes)
         return next_offset
+
+    def _add_native_fetch(
+        self,
+        parsed: tuple[list[Any], dict[int, CorruptRecordError]],
+        fetch_offset: int,
+        end: int,
+        max_bytes: int,
+    ) -> int:
+        """``add_fetch`` through the native decoder (``kafka.native``), batch after batch."""
+        batches, corrupt = parsed
+        if corrupt:
+            raise corrupt[min(corrupt)]  # the first corrupt batch, as check_record_set
+        if not batches:
+            raise message_too_large_error(self.tp, fetch_offset, max_bytes)
+        topic, partition = self.tp.topic, self.tp.partition
+        index = 0
+        while index < len(batches):
+            try:
+                _, index, status, _ = self.add_native_batches(
+                    batches, index, topic, partition, fetch_offset, end=end
+                )
+            except ValueError as e:
+                raise native.malformed_error(topic, partition, batches[index], e) from e
+            if status == native.STATUS_FOREIGN:  # compressed: decompressed, then read
+                try:
+                    batches[index] = native.decompressed(batches[index])
+                except ValueError as e:
+                    raise native.malformed_error(topic, partition, batches[index], e) from e
+            elif status == native.STATUS_ERROR:
+                continue  # the next call raises at the bad record
+            elif status != native.STATUS_DONE:
+                break  # STATUS_END: the records wanted are in
+        return max(fetch_offset, int(batches[-1].next_offset))
