@@ -4,10 +4,11 @@ The structure of ``ConsumerFetcherManager`` / ``ConsumerFetcherThread`` (0.10.2)
 partition starts in the *no-leader* set; the leader finder refreshes metadata, hands each
 partition to the fetch loop of its leader (``(broker, fetcher id)`` with fetcher id
 ``abs(31*hash(topic)+partition) % num.consumer.fetchers``), and takes partitions back when a
-fetch fails for them. A fetch loop sends FetchRequests built by aiokafka's classes, parses the
-record batches with aiokafka's (Cython) ``MemoryRecords`` and puts one ``FetchedDataChunk`` per
-partition into the partition's stream queue — a bounded queue, so a slow reader applies
-backpressure.
+fetch fails for them. A fetch loop sends FetchRequests built by aiokafka's classes, reads the
+record batches' headers (and checks their CRCs) with the native record decoder
+(``kafka/native.py``; aiokafka's Cython ``MemoryRecords`` without it, or for a record set
+holding a magic 0/1 batch) and puts one ``FetchedDataChunk`` per partition into the
+partition's stream queue — a bounded queue, so a slow reader applies backpressure.
 
 Memory: the fetch responses in flight count in each stream's budget. A stream's queue holds
 ``queued.max.message.chunks`` chunks of at most ``fetch.message.max.bytes``, and one more chunk

@@ -187,8 +187,11 @@ class FetchedDataChunk:
     """A fetch response's data for one partition, as ``FetchedDataChunk.scala``.
 
     Attributes:
-        batches: the record batches parsed by aiokafka (``DefaultRecordBatch`` /
-            ``LegacyRecordBatch``), in offset order; records are decoded lazily by the iterator.
+        batches: the record batches, in offset order: the native decoder's
+            (``kafka.native.NativeBatch``, the records still in the received bytes) or
+            aiokafka's (``DefaultRecordBatch`` / ``LegacyRecordBatch``); records are decoded
+            by the iterator as they are handed out. A list the iterator may update in place
+            (a compressed native batch is replaced by its decompressed self).
         topic_info: the partition the data belongs to.
         fetch_offset: the offset the fetch asked for; records below the consumed offset are
             skipped by the iterator (a compressed batch may start earlier).

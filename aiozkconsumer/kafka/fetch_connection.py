@@ -9,10 +9,12 @@ Here a fetch loop writes its FetchRequest (built by aiokafka's protocol classes,
 version aiokafka negotiated with the broker) on an ``asyncio.BufferedProtocol`` and parses the
 response as it arrives (:class:`FetchResponseParser`): header fields are received into a
 16 KiB read-ahead buffer and decoded in place, and each partition's record set is received
-straight into a buffer of its exact size (from its length prefix), then turned into the
-``bytes`` aiokafka's Cython ``MemoryRecords`` requires (it refuses a ``memoryview`` or a
-``bytearray``, so this one copy stays). Two copies instead of four, and only one partition's
-record set is ever held twice, whatever the response's size.
+straight into a buffer of its exact size (from its length prefix). With the native record
+decoder (``native.py``) that buffer *is* the record set the consumer reads: one copy, the
+kernel's, and the buffers are recycled once their records are read (no page faults for a fresh
+buffer per fetch). Without it, the buffer is turned into the ``bytes`` aiokafka's Cython
+``MemoryRecords`` requires (it refuses a ``memoryview`` or a ``bytearray``): two copies.
+Either way only one partition's record set is ever held twice, whatever the response's size.
 
 Only plaintext connections exist today (``client.py`` configures neither SSL nor SASL), so
 there is nothing this connection cannot do that the shared one does; a Fetch version outside
@@ -54,7 +56,9 @@ _PART_V4 = struct.Struct(">ihqqi")  # partition, error, high watermark, last sta
 _PART_V5 = struct.Struct(">ihqqqi")  # ... + log start offset
 _ABORTED = struct.Struct(">qq")
 
-PartitionData = tuple[int, int, int, int, int, "list[tuple[int, int]] | None", "bytes | bytearray | None"]
+PartitionData = tuple[
+    int, int, int, int, int, "list[tuple[int, int]] | None", "bytes | bytearray | None"
+]
 """``(partition, error code, high watermark, last stable offset, log start offset (-1 before
 v5), aborted transactions, records)``: the leading fields and the last one where aiokafka's
 decoded ``FetchResponse`` has them, so the fetcher reads either the same way."""
