@@ -482,16 +482,52 @@ class ColumnBuilder:
 
 def _run_columns(runs: Sequence[tuple[str, int, int, int]], rows: int) -> tuple[pa.Array, ...]:
     """``topic``, ``partition`` and ``timestampType`` from the runs of records added."""
+    if len(runs) == 1:  # the common case: one partition's records, one timestamp type
+        topic, partition, timestamp_type, _ = runs[0]
+        return (
+            _repeated_string(topic, rows),
+            _int32(np.full(rows, partition, np.int32)),
+            _int32(np.full(rows, timestamp_type, np.int32)),
+        )
     counts = np.fromiter((n for *_, n in runs), np.int64, len(runs))
     topics = {topic: i for i, topic in enumerate(dict.fromkeys(t for t, *_ in runs))}
     if len(topics) == 1:
-        topic_column = pa.array(itertools.repeat(runs[0][0], rows), pa.string(), size=rows)
+        topic_column = _repeated_string(runs[0][0], rows)
     else:
         indices = np.repeat(np.fromiter((topics[t] for t, *_ in runs), np.int32), counts)
-        topic_column = pa.array(list(topics), pa.string()).take(pa.array(indices))
+        encoded = [t.encode() for t in topics]
+        ends = np.fromiter(itertools.accumulate(map(len, encoded), initial=0), np.int32)
+        names = pa.Array.from_buffers(
+            pa.string(), len(encoded), [None, pa.py_buffer(ends), pa.py_buffer(b"".join(encoded))]
+        )
+        topic_column = names.take(_int32(indices))
     partitions = np.repeat(np.fromiter((p for _, p, _, _ in runs), np.int32), counts)
     types = np.repeat(np.fromiter((t for _, _, t, _ in runs), np.int32), counts)
-    return topic_column, pa.array(partitions, pa.int32()), pa.array(types, pa.int32())
+    return topic_column, _int32(partitions), _int32(types)
+
+
+def _int32(values: Any) -> pa.Array:
+    """An int32 array over a numpy array's buffer.
+
+    (``pa.array`` of a numpy array would do, but its first call imports pandas when it is
+    installed: half a second, on the first batch.)
+    """
+    values = np.ascontiguousarray(values, np.int32)
+    return pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values)])
+
+
+def _repeated_string(value: str, rows: int) -> pa.Array:
+    """A string array of ``rows`` times ``value``, built from its buffers.
+
+    (``pa.repeat`` would do, but its first call in a process costs about half a second.)
+    """
+    data = value.encode()
+    offsets = np.arange(0, (rows + 1) * len(data), len(data) or 1, dtype=np.int32)[: rows + 1]
+    if not data:
+        offsets = np.zeros(rows + 1, np.int32)
+    return pa.Array.from_buffers(
+        pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data * rows)]
+    )
 
 
 def _var_column(type_: pa.DataType, rows: int, parts: tuple[Any, Any, Any, int]) -> pa.Array:
