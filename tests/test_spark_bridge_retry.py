@@ -23,13 +23,15 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
+import pyarrow as pa
 from _support import wait_settled
 from pyspark.sql import DataFrame, SparkSession
 
 from aiozkconsumer import ConsumerConfig, ZookeeperConsumerConnector
 from aiozkconsumer.records import MessageAndMetadata, PartitionTopicInfo, TopicPartition
 from aiozkconsumer.spark import BatchRecord, batch_log_path, foreach_batch
-from aiozkconsumer.spark.bridge import _Buffer, batch_ranges
+from aiozkconsumer.spark.bridge import PartitionRun, _Buffer, batch_ranges, partition_runs
+from aiozkconsumer.spark.schema import records_to_arrow
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.zk import layout
 from aiozkconsumer.zk.client import ZkClient
@@ -310,47 +312,61 @@ def _pti(tp: TopicPartition) -> PartitionTopicInfo:
     return PartitionTopicInfo(tp.topic, tp.partition, asyncio.Queue(), 0, 0, 1024, "c")
 
 
-def _records(tp: TopicPartition, first: int, end: int) -> list[MessageAndMetadata]:
-    return [
-        MessageAndMetadata(tp.topic, tp.partition, o, None, b"v", -1, -1, ())
-        for o in range(first, end)
-    ]
+def _rows(*parts: tuple[TopicPartition, int, int]) -> pa.RecordBatch:
+    """One record batch (as a stream's ``arrow_batches`` hands out) of ``(tp, first, end)``."""
+    return records_to_arrow(
+        [
+            MessageAndMetadata(tp.topic, tp.partition, o, None, b"v", -1, -1, ())
+            for tp, first, end in parts
+            for o in range(first, end)
+        ]
+    )
+
+
+def _pairs(runs: list[PartitionRun]) -> list[tuple[TopicPartition, int]]:
+    return [(run.tp, o) for run in runs for o in run.rows.column("offset").to_pylist()]
+
+
+def _span(tp: TopicPartition, first: int, end: int) -> list[tuple[TopicPartition, int]]:
+    return [(tp, o) for o in range(first, end)]
 
 
 def test_buffer_keeps_a_batch_until_committed_and_only_under_the_same_ownership() -> None:
     a, b = TopicPartition("t", 0), TopicPartition("t", 1)
     registry = {a: _pti(a), b: _pti(b)}
     buf = _Buffer()
-    buf.add(_records(a, 0, 10) + _records(b, 0, 10), registry)
-    batch, buf.records = buf.records[:15], buf.records[15:]  # a[0, 10) and b[0, 5)
+    buf.add(_rows((a, 0, 10), (b, 0, 10)), registry)
+    batch = buf.take(15)  # a[0, 10) and b[0, 5)
+    assert _pairs(batch) == _span(a, 0, 10) + _span(b, 0, 5)
     failed = BatchRecord(3, False, batch_ranges(batch))
+    assert failed.ranges == {a: (0, 10), b: (0, 5)}
 
     # Same ownership: the whole batch comes back from memory, the buffer is untouched.
     buf.hold(3, batch)
-    assert buf.reclaim(registry, 3, failed) == batch
-    assert buf.records == _records(b, 5, 10)
+    assert _pairs(buf.reclaim(registry, 3, failed)) == _pairs(batch)
+    assert _pairs(buf.runs) == _span(b, 5, 10)
     # Still held until the replay takes it over (a cancelled call leaves it for the next).
-    assert buf.reclaim(registry, 3, failed) == batch
+    assert _pairs(buf.reclaim(registry, 3, failed)) == _pairs(batch)
 
     # b was released and claimed again (a new PartitionTopicInfo, reading from the committed
     # offset): its held and buffered records are forgotten, the streams deliver them again.
     buf.hold(3, batch)
     registry[b].active = False
     registry = {a: registry[a], b: _pti(b)}
-    assert buf.reclaim(registry, 3, failed) == _records(a, 0, 10)
+    assert _pairs(buf.reclaim(registry, 3, failed)) == _span(a, 0, 10)
     buf.drop_stale(registry)
-    assert buf.records == []
-    buf.add(_records(b, 0, 7), registry)
-    assert buf.records == _records(b, 0, 7)
+    assert buf.runs == []
+    buf.add(_rows((b, 0, 7)), registry)
+    assert _pairs(buf.runs) == _span(b, 0, 7)
 
     # A batch the log never recorded goes back to the front of the buffer.
-    buf.records = []
-    buf.hold(4, _records(a, 10, 12))
-    buf.add(_records(a, 12, 14), registry)
-    assert buf.reclaim(registry, 4, None) == [] and buf.records == _records(a, 10, 14)
+    buf.runs = []
+    buf.hold(4, partition_runs(_rows((a, 10, 12))))
+    buf.add(_rows((a, 12, 14)), registry)
+    assert buf.reclaim(registry, 4, None) == [] and _pairs(buf.runs) == _span(a, 10, 14)
     assert buf.held is None
 
     # A batch the log shows finished is dropped.
-    buf.hold(4, _records(a, 10, 12))
+    buf.hold(4, partition_runs(_rows((a, 10, 12))))
     assert buf.reclaim(registry, 5, None) == [] and buf.held is None
-    assert buf.records == _records(a, 10, 14)
+    assert _pairs(buf.runs) == _span(a, 10, 14)

@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
+import pyarrow as pa
 from aiokafka.admin import AIOKafkaAdminClient
 from pyspark.sql import DataFrame, SparkSession
 
@@ -41,11 +42,13 @@ from aiozkconsumer.spark.bridge import (
     BatchMark,
     BatchRecord,
     KafkaBatchLog,
+    PartitionRun,
     _Buffer,
     batch_ranges,
     last_batch,
     open_batch_log,
 )
+from aiozkconsumer.spark.schema import records_to_arrow
 from aiozkconsumer.testing import LocalCluster
 
 pytestmark = pytest.mark.spark
@@ -256,11 +259,23 @@ def _pti(tp: TopicPartition) -> PartitionTopicInfo:
     return PartitionTopicInfo(tp.topic, tp.partition, asyncio.Queue(), 0, 0, 1024, "c")
 
 
-def _records(tp: TopicPartition, first: int, end: int) -> list[MessageAndMetadata]:
-    return [
-        MessageAndMetadata(tp.topic, tp.partition, o, None, b"v", -1, -1, ())
-        for o in range(first, end)
-    ]
+def _rows(*parts: tuple[TopicPartition, int, int]) -> pa.RecordBatch:
+    """One record batch (as a stream's ``arrow_batches`` hands out) of ``(tp, first, end)``."""
+    return records_to_arrow(
+        [
+            MessageAndMetadata(tp.topic, tp.partition, o, None, b"v", -1, -1, ())
+            for tp, first, end in parts
+            for o in range(first, end)
+        ]
+    )
+
+
+def _pairs(runs: list[PartitionRun]) -> list[tuple[TopicPartition, int]]:
+    return [(run.tp, o) for run in runs for o in run.rows.column("offset").to_pylist()]
+
+
+def _span(tp: TopicPartition, first: int, end: int) -> list[tuple[TopicPartition, int]]:
+    return [(tp, o) for o in range(first, end)]
 
 
 def test_held_partitions_the_log_entry_leaves_out_go_back_to_the_buffer() -> None:
@@ -268,15 +283,16 @@ def test_held_partitions_the_log_entry_leaves_out_go_back_to_the_buffer() -> Non
     # names T0 only. T1's records must not be lost (the streams handed them out already).
     registry = {T0: _pti(T0), T1: _pti(T1)}
     buf = _Buffer()
-    buf.add(_records(T0, 0, 5) + _records(T1, 0, 5) + _records(T1, 5, 8), registry)
-    batch, buf.records = buf.records[:10], buf.records[10:]
+    buf.add(_rows((T0, 0, 5), (T1, 0, 5)), registry)
+    buf.add(_rows((T1, 5, 8)), registry)
+    batch = buf.take(10)
     buf.hold(3, batch)
     logged = BatchRecord(3, False, {T0: batch_ranges(batch)[T0]})
-    assert buf.reclaim(registry, 3, logged) == _records(T0, 0, 5)
-    assert buf.records == _records(T1, 0, 8)
+    assert _pairs(buf.reclaim(registry, 3, logged)) == _span(T0, 0, 5)
+    assert _pairs(buf.runs) == _span(T1, 0, 8)
     # Reclaiming again (a call cancelled before the replay) does not add them twice.
-    assert buf.reclaim(registry, 3, logged) == _records(T0, 0, 5)
-    assert buf.records == _records(T1, 0, 8)
+    assert _pairs(buf.reclaim(registry, 3, logged)) == _span(T0, 0, 5)
+    assert _pairs(buf.runs) == _span(T1, 0, 8)
 
 
 # -- pull mode: the zkkafka source with group.coordinator=kafka ------------------------------

@@ -3,10 +3,15 @@
 For services that already run a connector — a
 :class:`~aiozkconsumer.ZookeeperConsumerConnector` or a Kafka-coordinated
 :class:`~aiozkconsumer.KafkaConsumerConnector` — and want Spark's ``foreachBatch`` contract
-without a streaming query: records are collected from the connector's streams into
-micro-batches, each becomes a DataFrame through Arrow (the Kafka source's schema),
-``fn(df, batch_id)`` runs in a worker thread — the event loop keeps fetching and keeping the
-group session meanwhile — and the batch's offsets are committed only after ``fn`` returned.
+without a streaming query: the connector's streams are read with
+``KafkaStream.arrow_batches`` (Arrow record batches in the Kafka source's schema, built
+column by column), micro-batches are cut from them as zero-copy slices per partition
+(:class:`PartitionRun`) and handed to Spark as one Arrow table each, ``fn(df, batch_id)``
+runs in a worker thread — the event loop keeps fetching and keeping the group session
+meanwhile — and the batch's offsets are committed only after ``fn`` returned. No Python
+object is made per record, except for streams created with a key or value decoder, which
+``arrow_batches`` refuses: those are read with ``KafkaStream.batches`` and turned into Arrow
+with :func:`~aiozkconsumer.spark.schema.records_to_arrow`.
 
 Batch ids and the last batch handed to ``fn`` are kept with the group, in a *batch log*
 (:class:`BatchLogStore`), so that after a failure the next run knows whether batch 7 was
@@ -32,7 +37,8 @@ before ``fn`` runs (``committed: false``) and again with the offsets after ``fn`
 
 A new process (or a partition a rebalance took away and gave back) reads a replayed batch
 again from the committed offsets; a retry with the same connector gets it from the bridge,
-which keeps a batch until it is committed (the streams handed its records out already). Ids
+which keeps a batch (its Arrow slices) until it is committed (the streams handed its records
+out already); a replay's records are cut from the buffered slices at the logged offsets. Ids
 are contiguous and survive restarts; an idempotent sink that stores the last batch id it
 wrote can skip a replayed batch.
 """
@@ -43,12 +49,15 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from ..base_connector import ConsumerConnector
@@ -71,7 +80,7 @@ from ..records import MessageAndMetadata, PartitionTopicInfo, TopicPartition
 from ..stream import KafkaStream
 from ..zk import layout
 from ..zk.client import ZkClient
-from .schema import records_to_arrow
+from .schema import arrow_schema, records_to_arrow
 
 __all__ = [
     "BATCH_LOG_VERSION",
@@ -82,13 +91,17 @@ __all__ = [
     "BatchMark",
     "BatchRecord",
     "KafkaBatchLog",
+    "PartitionRun",
     "ZookeeperBatchLog",
     "batch_log_path",
     "batch_ranges",
+    "batch_table",
     "foreach_batch",
     "last_batch",
     "open_batch_log",
+    "partition_runs",
     "split_replay",
+    "take_rows",
 ]
 
 log = logging.getLogger(__name__)
@@ -577,27 +590,136 @@ def open_batch_log(
     raise TypeError(f"no batch log for a {type(connector).__name__}")
 
 
-def batch_ranges(records: Iterable[MessageAndMetadata]) -> dict[TopicPartition, tuple[int, int]]:
-    """``{tp: (first offset, last offset + 1)}`` of a batch's records."""
+@dataclass(frozen=True)
+class PartitionRun:
+    """Consecutive records of one partition with strictly increasing offsets, as Arrow.
+
+    A zero-copy slice of a ``pyarrow.RecordBatch`` in the Kafka source's schema (as
+    ``KafkaStream.arrow_batches`` hands them out); :func:`partition_runs` cuts a batch into
+    runs. The bridge buffers, holds and replays records as runs: a batch is made by slicing
+    and concatenating them, never with a Python object per record.
+
+    Attributes:
+        tp: the partition.
+        rows: its records, at least one, in increasing offset order.
+    """
+
+    tp: TopicPartition
+    rows: pa.RecordBatch
+
+    def __len__(self) -> int:
+        return int(self.rows.num_rows)
+
+    @property
+    def offsets(self) -> npt.NDArray[np.int64]:
+        """The ``offset`` column as a numpy array (a view: no copy)."""
+        offsets: npt.NDArray[np.int64] = self.rows.column("offset").to_numpy(zero_copy_only=False)
+        return offsets
+
+    @property
+    def first(self) -> int:
+        """The first offset."""
+        return int(self.rows.column("offset")[0].as_py())
+
+    @property
+    def end(self) -> int:
+        """The last offset + 1."""
+        return int(self.rows.column("offset")[-1].as_py()) + 1
+
+    def slice(self, start: int, length: int | None = None) -> PartitionRun:
+        """Rows ``start`` to ``start + length`` (to the end without ``length``), no copy."""
+        return PartitionRun(self.tp, self.rows.slice(start, length))
+
+    def __repr__(self) -> str:
+        return f"<PartitionRun {self.tp} [{self.first}, {self.end}) rows={len(self)}>"
+
+
+def partition_runs(batch: pa.RecordBatch) -> list[PartitionRun]:
+    """Cut a record batch into runs of one partition with strictly increasing offsets.
+
+    The cuts come from comparing every row's ``topic``, ``partition`` and ``offset`` with the
+    row before (pyarrow.compute and numpy, no loop over the rows); the runs are zero-copy
+    slices of ``batch``.
+
+    Args:
+        batch: records in the Kafka source's schema, ``topic``, ``partition`` and ``offset``
+            not null (as ``KafkaStream.arrow_batches`` and ``records_to_arrow`` make them).
+
+    Returns:
+        The runs in row order; ``[]`` for an empty batch.
+    """
+    rows = int(batch.num_rows)
+    if rows == 0:
+        return []
+    topics = batch.column("topic")
+    partitions = batch.column("partition").to_numpy(zero_copy_only=False)
+    offsets = batch.column("offset").to_numpy(zero_copy_only=False)
+    cuts = (partitions[1:] != partitions[:-1]) | (offsets[1:] <= offsets[:-1])
+    changed = pc.not_equal(topics.slice(1), topics.slice(0, rows - 1))
+    cuts |= changed.to_numpy(zero_copy_only=False)
+    starts: list[int] = [0, *(np.flatnonzero(cuts) + 1).tolist()]
+    ends = [*starts[1:], rows]
+    return [
+        PartitionRun(TopicPartition(topics[s].as_py(), int(partitions[s])), batch.slice(s, e - s))
+        for s, e in zip(starts, ends, strict=True)
+    ]
+
+
+def batch_ranges(runs: Iterable[PartitionRun]) -> dict[TopicPartition, tuple[int, int]]:
+    """``{tp: (first offset, last offset + 1)}`` of a batch's records.
+
+    Args:
+        runs: the batch, as runs (:func:`partition_runs`); a partition may have several.
+
+    Returns:
+        Per partition, its smallest offset and its largest + 1.
+    """
     ranges: dict[TopicPartition, tuple[int, int]] = {}
-    for r in records:
-        tp = TopicPartition(r.topic, r.partition)
-        got = ranges.get(tp)
-        if got is None:
-            ranges[tp] = (r.offset, r.offset + 1)
-        else:
-            ranges[tp] = (min(got[0], r.offset), max(got[1], r.offset + 1))
+    for run in runs:
+        first, end = run.first, run.end
+        got = ranges.get(run.tp)
+        ranges[run.tp] = (first, end) if got is None else (min(got[0], first), max(got[1], end))
     return ranges
 
 
-def split_replay(
-    records: Sequence[MessageAndMetadata],
-    targets: Mapping[TopicPartition, tuple[int, int]],
-) -> tuple[list[MessageAndMetadata], list[MessageAndMetadata], set[TopicPartition]]:
-    """Split records into those of a batch being replayed and the rest.
+def take_rows(
+    runs: Sequence[PartitionRun], count: int
+) -> tuple[list[PartitionRun], list[PartitionRun]]:
+    """Split runs after their first ``count`` rows, slicing the run the cut falls in.
 
     Args:
-        records: buffered records, in arrival order.
+        runs: runs in arrival order.
+        count: the rows to take, >= 0.
+
+    Returns:
+        ``(head, tail)``: runs holding the first ``count`` rows (all of them when there are
+        fewer), and those holding the rest, both in order.
+    """
+    head: list[PartitionRun] = []
+    left = count
+    for i, run in enumerate(runs):
+        if left <= 0:
+            return head, list(runs[i:])
+        if len(run) <= left:
+            head.append(run)
+            left -= len(run)
+        else:
+            head.append(run.slice(0, left))
+            return head, [run.slice(left), *runs[i + 1 :]]
+    return head, []
+
+
+def split_replay(
+    runs: Sequence[PartitionRun],
+    targets: Mapping[TopicPartition, tuple[int, int]],
+) -> tuple[list[PartitionRun], list[PartitionRun], set[TopicPartition]]:
+    """Split buffered runs into the records of a batch being replayed and the rest.
+
+    A target partition's run is cut at the target's end offset (a binary search in its
+    offsets; the two parts are slices).
+
+    Args:
+        runs: buffered runs, in arrival order.
         targets: ``{tp: (first, end)}`` of the batch being replayed.
 
     Returns:
@@ -605,19 +727,67 @@ def split_replay(
         offset, the others in their order, and the target partitions whose last offset
         (``end - 1``) or beyond has been seen.
     """
-    batch: list[MessageAndMetadata] = []
-    rest: list[MessageAndMetadata] = []
+    batch: list[PartitionRun] = []
+    rest: list[PartitionRun] = []
     reached: set[TopicPartition] = set()
-    for r in records:
-        tp = TopicPartition(r.topic, r.partition)
-        target = targets.get(tp)
-        if target is None or r.offset >= target[1]:
-            rest.append(r)
+    for run in runs:
+        target = targets.get(run.tp)
+        if target is None:
+            rest.append(run)
+            continue
+        end = target[1]
+        cut = int(np.searchsorted(run.offsets, end, side="left"))
+        if cut == len(run):
+            batch.append(run)
+        elif cut == 0:
+            rest.append(run)
         else:
-            batch.append(r)
-        if target is not None and r.offset >= target[1] - 1:
-            reached.add(tp)
+            batch.append(run.slice(0, cut))
+            rest.append(run.slice(cut))
+        if run.end >= end:
+            reached.add(run.tp)
     return batch, rest, reached
+
+
+def batch_table(runs: Sequence[PartitionRun], include_headers: bool = False) -> pa.Table:
+    """The batch's records as one Arrow table for ``spark.createDataFrame``.
+
+    Args:
+        runs: the batch.
+        include_headers: with the ``headers`` column (dropped from runs that have it when
+            ``False``).
+
+    Returns:
+        A ``pyarrow.Table`` with schema ``arrow_schema(include_headers)``, one chunk per run
+        (but ``headers``: one chunk, copied).
+
+    Raises:
+        ValueError: ``include_headers`` and a run was read without headers.
+    """
+    schema = arrow_schema(include_headers)
+    names = schema.names
+    batches = []
+    for run in runs:
+        have = run.rows.schema.names
+        if have == names:
+            batches.append(run.rows)
+        elif include_headers and "headers" not in have:
+            raise ValueError(f"{run!r} was read without headers")
+        else:
+            batches.append(run.rows.select(names))
+    table = pa.Table.from_batches(batches, schema=schema)
+    if include_headers and table.num_rows:
+        # createDataFrame rebuilds list columns chunk by chunk (pa.ListArray.from_arrays),
+        # which refuses a slice whose offsets do not start at 0 once it has nulls: the
+        # headers column goes as one new chunk (a copy of that column alone).
+        i = schema.get_field_index("headers")
+        headers = pa.concat_arrays(table.column(i).chunks)
+        table = table.set_column(i, schema.field(i), pa.chunked_array([headers]))
+    return table
+
+
+def _rows(runs: Iterable[PartitionRun]) -> int:
+    return sum(len(run) for run in runs)
 
 
 def _current(
@@ -640,19 +810,20 @@ class _Held:
 
     Attributes:
         batch_id: its batch id.
-        records: its records, as handed to ``fn``.
+        runs: its records, as handed to ``fn``.
         sources: per partition, the ``PartitionTopicInfo`` (the ownership) the records were
             handed out under.
     """
 
     batch_id: int
-    records: list[MessageAndMetadata]
+    runs: list[PartitionRun]
     sources: Mapping[TopicPartition, PartitionTopicInfo | None]
 
 
 class _Buffer:
     """What the bridge keeps for one connector across calls: records taken from the streams
-    and not yet in a batch, and the batch handed to ``fn`` and not yet committed.
+    and not yet in a batch (Arrow runs, in arrival order), and the batch handed to ``fn`` and
+    not yet committed.
 
     Every buffered partition is tagged with the ``PartitionTopicInfo`` its records were
     handed out under. A rebalance that releases a partition (and maybe claims it again)
@@ -662,12 +833,20 @@ class _Buffer:
     """
 
     def __init__(self) -> None:
-        self.records: list[MessageAndMetadata] = []
+        self.runs: list[PartitionRun] = []
         self.sources: dict[TopicPartition, PartitionTopicInfo | None] = {}
         self.held: _Held | None = None
         self.replaying = False
         self.ended = 0
+        # Set when records the streams handed out could not be buffered: nothing of this
+        # connector may be committed any more (later offsets would skip them).
+        self.failed: BaseException | None = None
         self._changed = anyio.Event()
+
+    @property
+    def size(self) -> int:
+        """The records buffered (not counting the held batch)."""
+        return _rows(self.runs)
 
     def notify(self) -> None:
         self._changed.set()
@@ -681,24 +860,29 @@ class _Buffer:
         if tp in self.sources and self.sources[tp] is source:
             return
         if tp in self.sources:
-            self._drop({(tp.topic, tp.partition)})
+            self._drop({tp})
         self.sources[tp] = source
 
     def add(
         self,
-        records: Sequence[MessageAndMetadata],
+        batch: pa.RecordBatch,
         registry: Mapping[TopicPartition, PartitionTopicInfo],
     ) -> None:
-        """Append records a stream just handed out.
+        """Append a record batch a stream just handed out, as runs.
 
-        Must run without awaiting after the stream returned them: ``registry`` then still
+        Must run without awaiting after the stream returned it: ``registry`` then still
         holds the ``PartitionTopicInfo`` each record was handed out under (an iterator hands
         out records of active partitions only, and a release replaces the registry).
         """
-        for topic, partition in {(r.topic, r.partition) for r in records}:
-            tp = TopicPartition(topic, partition)
+        runs = partition_runs(batch)
+        for tp in dict.fromkeys(run.tp for run in runs):
             self.adopt(tp, registry.get(tp))
-        self.records.extend(records)
+        self.runs.extend(runs)
+
+    def take(self, max_records: int) -> list[PartitionRun]:
+        """Take the first ``max_records`` buffered records (all when fewer)."""
+        batch, self.runs = take_rows(self.runs, max_records)
+        return batch
 
     def drop_stale(self, registry: Mapping[TopicPartition, PartitionTopicInfo]) -> None:
         """Forget buffered records of partitions released since they were handed out."""
@@ -706,27 +890,30 @@ class _Buffer:
         for tp in stale:
             del self.sources[tp]
         if stale:
-            self._drop({(tp.topic, tp.partition) for tp in stale})
+            self._drop(set(stale))
 
-    def _drop(self, keys: set[tuple[str, int]]) -> None:
-        kept = [r for r in self.records if (r.topic, r.partition) not in keys]
-        if len(kept) != len(self.records):
-            log.info(
-                "dropping %d buffered records of released partitions", len(self.records) - len(kept)
-            )
-            self.records = kept
+    def _drop(self, tps: set[TopicPartition]) -> None:
+        kept = [run for run in self.runs if run.tp not in tps]
+        if len(kept) != len(self.runs):
+            log.info("dropping %d buffered records of released partitions", self.size - _rows(kept))
+            self.runs = kept
 
-    def hold(self, batch_id: int, records: list[MessageAndMetadata]) -> None:
+    def hold(self, batch_id: int, runs: list[PartitionRun]) -> None:
         """Keep a batch until it is committed (taken right after it left the buffer)."""
-        tps = {TopicPartition(r.topic, r.partition) for r in records}
-        self.held = _Held(batch_id, records, {tp: self.sources.get(tp) for tp in tps})
+        tps = {run.tp for run in runs}
+        self.held = _Held(batch_id, runs, {tp: self.sources.get(tp) for tp in tps})
+
+    def without_headers(self) -> bool:
+        """Whether some records kept (buffered or held) were read without headers."""
+        kept = [*self.runs, *(self.held.runs if self.held is not None else ())]
+        return any("headers" not in run.rows.schema.names for run in kept)
 
     def reclaim(
         self,
         registry: Mapping[TopicPartition, PartitionTopicInfo],
         next_id: int,
         replay: BatchRecord | None,
-    ) -> list[MessageAndMetadata]:
+    ) -> list[PartitionRun]:
         """At the start of a call: what becomes of the batch a previous call left uncommitted.
 
         Only records of partitions whose ownership did not change are kept (the others are
@@ -751,7 +938,7 @@ class _Buffer:
             return []
         current = {tp for tp, source in held.sources.items() if _current(registry, tp, source)}
         if replay is not None and replay.batch_id == held.batch_id:
-            ranges = batch_ranges(held.records)
+            ranges = batch_ranges(held.runs)
             keep = {tp for tp, r in replay.ranges.items() if tp in current and ranges.get(tp) == r}
             back = {tp for tp in current if tp not in replay.ranges}
             if back:
@@ -763,14 +950,10 @@ class _Buffer:
                 )
                 for tp in back:
                     self.adopt(tp, held.sources[tp])
-                self.records[:0] = [
-                    r for r in held.records if TopicPartition(r.topic, r.partition) in back
-                ]
+                self.runs[:0] = [run for run in held.runs if run.tp in back]
                 held = self.held = replace(
                     held,
-                    records=[
-                        r for r in held.records if TopicPartition(r.topic, r.partition) not in back
-                    ],
+                    runs=[run for run in held.runs if run.tp not in back],
                     sources={tp: s for tp, s in held.sources.items() if tp not in back},
                 )
             log.info(
@@ -787,44 +970,101 @@ class _Buffer:
             return []
         for tp in keep:
             self.adopt(tp, held.sources[tp])
-        records = [r for r in held.records if TopicPartition(r.topic, r.partition) in keep]
+        runs = [run for run in held.runs if run.tp in keep]
         if replay is None:
             self.held = None
-            self.records[:0] = records
+            self.runs[:0] = runs
             return []
-        return records
+        return runs
 
 
 _buffers: weakref.WeakKeyDictionary[ConsumerConnector, _Buffer] = weakref.WeakKeyDictionary()
 
 
+def _open(
+    stream: KafkaStream, max_records: int, include_headers: bool
+) -> tuple[AsyncIterator[Any], bool]:
+    """The stream's ``arrow_batches``; its ``batches`` (``MessageAndMetadata`` lists) when it
+    was created with a key or value decoder, which ``arrow_batches`` refuses.
+
+    Returns:
+        ``(iterator, columnar)``.
+    """
+    try:
+        return stream.arrow_batches(max_records, include_headers=include_headers), True
+    except ValueError:  # max_records is checked: a decoder
+        return stream.batches(max_records), False
+
+
+async def _close(batches: AsyncIterator[Any]) -> None:
+    aclose = getattr(batches, "aclose", None)
+    if aclose is not None:
+        with anyio.CancelScope(shield=True):
+            await aclose()
+
+
+def _decoded_to_arrow(
+    records: Sequence[MessageAndMetadata], include_headers: bool, buf: _Buffer
+) -> pa.RecordBatch:
+    """Records of a stream with decoders as Arrow (a Python object per record: the slow path).
+
+    Raises:
+        TypeError: a decoded key or value is neither bytes nor str. The records are lost to
+            the buffer, so the buffer is marked failed: nothing after them may be committed.
+    """
+    try:
+        return records_to_arrow(records, include_headers=include_headers)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        buf.failed = TypeError(
+            "a stream's key_decoder or value_decoder returned something other than bytes or "
+            f"str ({e}); foreach_batch puts keys and values in binary columns. Records were "
+            "taken from the streams and are not committed: close this connector and create "
+            "the streams without decoders (or with decoders that return bytes)"
+        )
+        raise buf.failed from e
+
+
 async def _pump(
-    connector: ConsumerConnector, stream: KafkaStream, buf: _Buffer, max_records: int
+    connector: ConsumerConnector,
+    stream: KafkaStream,
+    buf: _Buffer,
+    max_records: int,
+    include_headers: bool,
 ) -> None:
-    """Move records from one stream into the buffer, keeping at most ~2 batches buffered.
+    """Move record batches from one stream into the buffer, keeping at most ~2 batches
+    buffered.
 
     The bound is lifted while a batch is replayed: the replay waits for its partitions'
     records, which may come after more than two batches of other partitions' records; a
     full buffer would keep them out for good.
 
-    Cancellation is safe: ``next_batch`` only waits before it takes its first record.
+    Cancellation is safe: ``arrow_batches`` (``batches``) only waits before it takes its
+    first record, and a batch it yields is in the buffer before the next await.
     """
-    it = stream.iterator
+    batches, columnar = _open(stream, max_records, include_headers)
     try:
         while True:
-            while not buf.replaying and len(buf.records) >= 2 * max_records:
+            while not buf.replaying and buf.size >= 2 * max_records:
                 await buf.wait_change()
             try:
-                chunk = await it.next_batch(max_records)
+                got = await anext(batches)
             except ConsumerTimeoutError:
-                continue  # consumer.timeout.ms: nothing new, keep waiting
+                # consumer.timeout.ms: nothing new. The error ended the generator, not the
+                # stream: go on with a new one.
+                await _close(batches)
+                batches, columnar = _open(stream, max_records, include_headers)
+                continue
             except StopAsyncIteration:
                 return
-            buf.add(chunk, connector.topic_registry)
+            batch = got if columnar else _decoded_to_arrow(got, include_headers, buf)
+            buf.add(batch, connector.topic_registry)
             buf.notify()
     finally:
-        buf.ended += 1
-        buf.notify()
+        try:
+            await _close(batches)
+        finally:
+            buf.ended += 1
+            buf.notify()
 
 
 def _owned(connector: ConsumerConnector) -> set[TopicPartition]:
@@ -837,18 +1077,18 @@ async def _take(
     streams: int,
     max_records: int,
     max_interval_s: float,
-) -> list[MessageAndMetadata] | None:
+) -> list[PartitionRun] | None:
     """The next batch: 1 to ``max_records`` records, waiting at most ``max_interval_s``
     after the first one. ``None`` when every stream ended."""
     while True:
         buf.drop_stale(connector.topic_registry)
         if buf.ended >= streams:
             return None
-        if buf.records:
+        if buf.runs:
             break
         await buf.wait_change()
     deadline = time.monotonic() + max_interval_s
-    while len(buf.records) < max_records and buf.ended < streams:
+    while buf.size < max_records and buf.ended < streams:
         left = deadline - time.monotonic()
         if left <= 0:
             break
@@ -857,7 +1097,7 @@ async def _take(
     if buf.ended >= streams:
         return None
     buf.drop_stale(connector.topic_registry)
-    batch, buf.records = buf.records[:max_records], buf.records[max_records:]
+    batch = buf.take(max_records)
     buf.notify()
     return batch or await _take(connector, buf, streams, max_records, max_interval_s)
 
@@ -867,8 +1107,8 @@ async def _take_replay(
     buf: _Buffer,
     streams: int,
     targets: Mapping[TopicPartition, tuple[int, int]],
-    held: Sequence[MessageAndMetadata] = (),
-) -> list[MessageAndMetadata] | None:
+    held: Sequence[PartitionRun] = (),
+) -> list[PartitionRun] | None:
     """The records of a batch being replayed: every target partition up to its end.
 
     Args:
@@ -878,16 +1118,16 @@ async def _take_replay(
     Returns:
         The batch; ``None`` when every stream ended first.
     """
-    complete = {TopicPartition(r.topic, r.partition) for r in held}
+    complete = {run.tp for run in held}
     batch = list(held)
     reached = set(complete)
     buf.replaying = True
     try:
         while True:
             buf.drop_stale(connector.topic_registry)
-            taken, buf.records, seen = split_replay(buf.records, targets)
+            taken, buf.runs, seen = split_replay(buf.runs, targets)
             # (Defensive: the ownership that handed the held records out never does so again.)
-            batch.extend(r for r in taken if TopicPartition(r.topic, r.partition) not in complete)
+            batch.extend(run for run in taken if run.tp not in complete)
             reached |= seen
             buf.notify()
             if reached >= set(targets):
@@ -903,13 +1143,12 @@ async def _take_replay(
 def _run_batch(
     spark: SparkSession,
     fn: BatchFunction,
-    records: list[MessageAndMetadata],
+    runs: list[PartitionRun],
     batch_id: int,
     include_headers: bool,
 ) -> None:
     """Build the DataFrame and call ``fn`` (in a worker thread)."""
-    table = pa.Table.from_batches([records_to_arrow(records, include_headers=include_headers)])
-    df = spark.createDataFrame(table)
+    df = spark.createDataFrame(batch_table(runs, include_headers))
     fn(df, batch_id)
 
 
@@ -1029,6 +1268,12 @@ async def foreach_batch(
     service calls ``foreach_batch`` again with the same connector, the streams have handed
     that batch's records out already, and the bridge replays them from memory.
 
+    Records move as Arrow: each stream is read with ``arrow_batches(max_records,
+    include_headers=...)`` (so interceptors' ``on_consume`` sees every batch, as there), and a
+    batch is sliced and concatenated from those record batches. Streams created with a key
+    or value decoder are read with ``batches()`` instead and converted with
+    ``records_to_arrow``; their decoders must return bytes (or str, stored as UTF-8).
+
     Args:
         connector_or_streams: a started connector (ZooKeeper- or Kafka-coordinated) whose
             streams exist (all its streams are read), or some of its streams (a list, or the
@@ -1038,7 +1283,8 @@ async def foreach_batch(
         connector: the connector the streams belong to, when streams are passed.
         max_records: the largest batch, >= 1.
         max_interval_ms: how long a batch may wait for more records after its first, >= 0.
-        include_headers: add the ``headers`` column.
+        include_headers: add the ``headers`` column. Records are read with headers only
+            when asked, so pass the same value to every call with one connector.
         max_batches: return after this many batches (``None``: until the streams end).
         batch_log_name: the batch log's name: its node under ``/consumers/<group>/spark/``
             (ZooKeeper), or the name in its offset metadata (Kafka). Give each bridge in one
@@ -1050,8 +1296,13 @@ async def foreach_batch(
     Raises:
         InvalidConfigError: the connector has ``auto.commit.enable=true`` (it would commit
             records before ``fn`` processed them).
-        ValueError: ``max_records``, ``max_interval_ms`` or ``max_batches`` out of range.
-        TypeError: streams were passed without ``connector=``.
+        ValueError: ``max_records``, ``max_interval_ms`` or ``max_batches`` out of range;
+            or ``include_headers=True`` while records kept from an earlier call with this
+            connector were read without headers.
+        TypeError: streams were passed without ``connector=``; or a stream's decoder
+            returned something other than bytes or str (the records taken with it cannot be
+            batched, so this and every later call with this connector raise it, and nothing
+            past them is committed: start a new connector).
         BatchLogConflictError: another bridge writes the same batch log node (ZooKeeper).
         ZookeeperConnectionError: the commit found the ZooKeeper session suspended.
         GroupCoordinatorError: (Kafka-coordinated) no heartbeat was answered for a session
@@ -1076,36 +1327,43 @@ async def foreach_batch(
         raise ValueError(f"max_interval_ms must be >= 0, got {max_interval_ms}")
     if max_batches is not None and max_batches < 1:
         raise ValueError(f"max_batches must be >= 1 or None, got {max_batches}")
+    buf = _buffers.setdefault(conn, _Buffer())
+    if buf.failed is not None:
+        raise TypeError(f"an earlier foreach_batch with this connector failed: {buf.failed}")
     batch_log = open_batch_log(conn, batch_log_name)
     next_id, replay = await _recover(conn, batch_log)
-    buf = _buffers.setdefault(conn, _Buffer())
     buf.ended = 0
     held = buf.reclaim(conn.topic_registry, next_id, replay)
+    if include_headers and buf.without_headers():
+        raise ValueError(
+            "include_headers=True, but records kept from an earlier call with this connector "
+            "were read without headers: pass the same include_headers to every call"
+        )
     done = 0
     error: BaseException | None = None
     try:
         async with anyio.create_task_group() as tg:
             for stream in streams:
-                tg.start_soon(_pump, conn, stream, buf, max_records)
+                tg.start_soon(_pump, conn, stream, buf, max_records, include_headers)
             try:
                 while max_batches is None or done < max_batches:
                     if replay is not None:
-                        records = await _take_replay(conn, buf, len(streams), replay.ranges, held)
+                        runs = await _take_replay(conn, buf, len(streams), replay.ranges, held)
                         record = replay
                     else:
-                        records = await _take(
+                        runs = await _take(
                             conn, buf, len(streams), max_records, max_interval_ms / 1000
                         )
-                        record = BatchRecord(next_id, False, batch_ranges(records or ()))
-                    if records is None:
+                        record = BatchRecord(next_id, False, batch_ranges(runs or ()))
+                    if runs is None:
                         break
                     # Until it is committed: a retry in this process replays it from here.
-                    buf.hold(next_id, records)
+                    buf.hold(next_id, runs)
                     if replay is None:
                         await batch_log.begin(record)
-                    log.debug("batch %d: %d records", next_id, len(records))
+                    log.debug("batch %d: %d records", next_id, _rows(runs))
                     await anyio.to_thread.run_sync(
-                        _run_batch, spark, fn, records, next_id, include_headers
+                        _run_batch, spark, fn, runs, next_id, include_headers
                     )
                     with anyio.CancelScope(shield=True):
                         await batch_log.complete(record)
