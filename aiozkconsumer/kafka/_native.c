@@ -471,7 +471,7 @@ typedef struct {
  * POOL_BYTES of buffers (oldest dropped first).
  */
 enum { POOL_SLOTS = 64, POOL_MIN = 64 * 1024 };
-static const Py_ssize_t POOL_BYTES = 16 * 1024 * 1024;
+static const Py_ssize_t POOL_BYTES = 32 * 1024 * 1024;
 static PyObject *pool[POOL_SLOTS];
 static Py_ssize_t pool_size[POOL_SLOTS]; /* each one's allocation when added */
 static int pool_n = 0;
@@ -489,7 +489,7 @@ static void pool_drop(int i) {
 
 static void pool_add(PyObject *ba) {
     Py_ssize_t size = ba_alloc(ba);
-    if (size > POOL_BYTES / 4) return; /* too big to keep */
+    if (size > POOL_BYTES / 2) return; /* too big to keep */
     while (pool_n > 0 && (pool_n == POOL_SLOTS || pool_bytes + size > POOL_BYTES)) pool_drop(0);
     pool[pool_n] = Py_NewRef(ba);
     pool_size[pool_n++] = size;
