@@ -20,6 +20,7 @@ from typing import TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
+from ._concurrency import gather
 from .base_connector import (
     CLOSE_COMMIT_LIMIT_S,
     CLOSE_STEP_LIMIT_S,
@@ -211,9 +212,12 @@ class ZookeeperConsumerConnector(ConsumerConnector):
         """Register, start the watches, run the first rebalance, start the workers."""
         await self.retry_across_connection_loss("registration", self.membership.register)
         tg = self.task_group
-        await tg.start(self.watches.watch_group)
-        for topic in topics:
-            await self.watches.start_topic_watch(topic)
+        # The watches are independent: set them up at once (each is armed before the first
+        # rebalance reads the view, as the original's listeners were subscribed first).
+        await gather(
+            [tg.start(self.watches.watch_group)]
+            + [self.watches.start_topic_watch(topic) for topic in topics]
+        )
         if wildcard:
             await tg.start(self.watches.watch_topic_list, self._on_topic_list)
         if await self.cluster.metadata_from_kafka():
@@ -223,6 +227,12 @@ class ZookeeperConsumerConnector(ConsumerConnector):
         tg.start_soon(self._rebalance_worker)
         if self.config.auto_commit_enable:
             tg.start_soon(self.committer.auto_commit, self.config.auto_commit_interval_ms / 1000)
+
+    def request_rebalance(self, reason: str) -> None:
+        """Ask for a rebalance (bursts coalesce into one, KAFKA-265); the rebalance's
+        ``queued_ms`` phase starts at the first request."""
+        self._rebalancer.note_trigger()
+        super().request_rebalance(reason)
 
     async def _rebalance(self, reason: str) -> None:
         await self.membership.handle_new_session_if_needed()

@@ -11,6 +11,8 @@ returns the connections to close and the caller closes them).
   its own nodes to delete again (``reflectPartitionOwnershipDecision``).
 - :func:`decide_fencing`: after bumping the fencing tokens of the claimed partitions, the
   tokens, or the claims to undo when a bump failed (no owner node may stay orphaned).
+- :func:`registrations_still_valid`: whether the members' registrations read with the
+  previous view are still those of the same nodes (so only new members' are read again).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "decide_fencing",
     "plan_assignment",
     "plan_moves",
+    "registrations_still_valid",
 ]
 
 _S = TypeVar("_S", bound=Hashable)
@@ -198,3 +201,33 @@ def decide_fencing(results: Mapping[TopicPartition, int | Exception]) -> Fencing
         return FencingOutcome(tokens={}, undo=frozenset(results), error=error)
     tokens = {tp: r for tp, r in results.items() if not isinstance(r, Exception)}
     return FencingOutcome(tokens=tokens, undo=frozenset(), error=None)
+
+
+def registrations_still_valid(
+    previous: Iterable[str], previous_version: int, current: Iterable[str], current_version: int
+) -> bool:
+    """Whether the registration data read with a previous view is still the data of the nodes
+    listed now.
+
+    A registration node is written once, when the member registers (``ZKCheckedEphemeral``,
+    0.10.2), and never updated; it changes only by being deleted and created again (a member
+    re-registering under the same consumer id). ZooKeeper's child version of ``/ids``
+    (``cversion``) counts every creation and deletion of a child. Between the previous list
+    and the current one, each member that joined or left accounts for at least one change; a
+    member deleted and registered again, invisible in the lists, for two more. So when the
+    version moved by exactly the number of members that joined or left, no member present in
+    both lists was registered again, and its data read with the previous view still holds.
+
+    Args:
+        previous: the members listed by the previous view.
+        previous_version: the child version read *before* that list (so that every change
+            after it is counted).
+        current: the members listed now.
+        current_version: the child version read *after* this list (likewise).
+
+    Returns:
+        ``True`` when the previous data may be used for the members in both lists; ``False``
+        when some change is unaccounted for (every registration must be read again).
+    """
+    joined_or_left = len(set(previous) ^ set(current))
+    return current_version - previous_version == joined_or_left

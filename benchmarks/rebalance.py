@@ -98,6 +98,7 @@ ZK_MODES = ("azk", "original")  # modes whose group lives in ZooKeeper (ids, own
 BROKER_CONSUMER_SESSION_MS = 45_000
 BROKER_CONSUMER_HEARTBEAT_MS = 5_000
 DIAGONAL = ((2, 16), (8, 128), (16, 256))
+TARGET_P99_S = 0.5  # issue 17: rebalance p99 < 500 ms for azk at 16 members x 256 partitions
 FULL = tuple((m, p) for m in (2, 8, 16) for p in (16, 128, 256))
 
 
@@ -285,12 +286,22 @@ async def azk_member(
             async for msg in stream:
                 tracker.record(msg.partition)
 
+        # The ZooKeeper coordinator times each rebalance by phase (Rebalancer.phase_history).
+        phase_history = getattr(getattr(connector, "coordinator", None), "phase_history", ())
+
+        def phases_of(started_at: float) -> tuple[float | None, dict[str, float] | None]:
+            for ph in reversed(phase_history):
+                if ph.started_at == started_at:
+                    return ph.queued_ms, dict(ph.phases)
+            return None, None
+
         async def history() -> None:
             reported = 0
             while True:
                 # The initial subscription's rebalance is reported at once, not at the next.
                 recs = connector.statistics().rebalances
                 for rec in recs[reported:]:
+                    queued_ms, phases = phases_of(rec.started_at)
                     out(
                         "rebalance",
                         slot=slot,
@@ -303,6 +314,9 @@ async def azk_member(
                         released=rec.released,
                         acquired=rec.acquired,
                         owns=len(rec.partitions),
+                        reason=rec.reason,
+                        queued_ms=queued_ms,
+                        phases=phases,
                     )
                 reported = len(recs)
                 await connector.wait_for_state_change()
@@ -738,6 +752,74 @@ def overlaps(run: Run) -> list[str]:
     return found
 
 
+def member_rebalances(
+    run: Run, marker: int, t_cmd: float, ids_t: float | None, settled: float | None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The member rebalances of one event, with their phases, and the event's critical path.
+
+    Each rebalance (a ``rebalance`` line since ``marker``) gets ``first_records_ms``: for the
+    last rebalance of a slot, from its ``assigned`` line (the listener's
+    ``before_starting_fetchers``, just before the fetchers are given the partitions) to the
+    first record of the last partition it acquired; and ``from_ids_ms``: from the
+    orchestrator's watch seeing the membership change to the rebalance's start.
+
+    The critical path is that of the member whose rebalance end or first record came last
+    (the one that decided the settle time): command -> ids change -> its rebalance start ->
+    its rebalance end -> settled.
+    """
+    last_by_slot: dict[int, dict[str, Any]] = {}
+    rebs: list[dict[str, Any]] = []
+    for e in run.events[marker:]:
+        if e["ev"] != "rebalance":
+            continue
+        r = {
+            k: e.get(k)
+            for k in (
+                "slot",
+                "started_at",
+                "duration_s",
+                "attempts",
+                "kept",
+                "released",
+                "acquired",
+                "reason",
+                "queued_ms",
+                "phases",
+            )
+        }
+        r["from_ids_ms"] = (e["started_at"] - ids_t) * 1000 if ids_t else None
+        rebs.append(r)
+        last_by_slot[e["slot"]] = r
+    contrib: dict[int, float] = {}
+    for slot, r in last_by_slot.items():
+        st = run.slots.get(slot)
+        if st is None or not st.live:
+            continue
+        acquired = [p for p, at in st.owned.items() if at >= t_cmd]
+        firsts = [st.firsts[p] for p in acquired if p in st.firsts]
+        end = r["started_at"] + r["duration_s"]
+        if firsts and len(firsts) == len(acquired):
+            r["first_records_ms"] = (max(firsts) - st.assigned_at) * 1000
+        contrib[slot] = max([end, st.assigned_at, *firsts])
+    if settled is None or not contrib:
+        return rebs, None
+    slot = max(contrib, key=lambda s: contrib[s])
+    r = last_by_slot[slot]
+    end = r["started_at"] + r["duration_s"]
+    critical = {
+        "slot": slot,
+        "cmd_to_ids_ms": (ids_t - t_cmd) * 1000 if ids_t else None,
+        "ids_to_start_ms": (r["started_at"] - ids_t) * 1000 if ids_t else None,
+        "rebalance_ms": r["duration_s"] * 1000,
+        "end_to_settled_ms": (settled - end) * 1000,
+        "queued_ms": r.get("queued_ms"),
+        "phases": r.get("phases"),
+        "first_records_ms": r.get("first_records_ms"),
+        "reason": r.get("reason"),
+    }
+    return rebs, critical
+
+
 async def run_config(
     info: ClusterInfo, mode: str, members: int, partitions: int, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -886,6 +968,7 @@ async def run_config(
             problems = []
             if zk is not None and settled:
                 problems = await check_owner_nodes(run, zk)
+            rebs, critical = member_rebalances(run, marker, t_cmd, ids_t, settled)
             rec: dict[str, Any] = {
                 "event": i,
                 "kind": kind,
@@ -897,14 +980,8 @@ async def run_config(
                 "unmoved": len(unmoved),
                 "unmoved_max_gap_s": max(unmoved_gaps) if unmoved_gaps else None,
                 "owner_node_problems": problems,
-                "rebalances": [
-                    {
-                        k: e[k]
-                        for k in ("slot", "duration_s", "kept", "released", "acquired", "attempts")
-                    }
-                    for e in run.events[marker:]
-                    if e["ev"] == "rebalance"
-                ],
+                "rebalances": rebs,
+                "critical": critical,
             }
             results.append(rec)
             say(
@@ -983,10 +1060,86 @@ async def run_config(
         "unmoved_gap_max_s": max(gaps_) if gaps_ else None,
         "baseline_gap_max_s": max(baseline) if baseline else None,
         "owner_node_problems": sum(len(r["owner_node_problems"]) for r in results),
+        "phases": phase_stats(results),
+        "critical_path": critical_stats(results),
         "double_ownership": overlaps(run),
         "errors": run.errors,
         "event_details": results,
     }
+
+
+def _phase_order() -> tuple[str, ...]:
+    from aiozkconsumer.rebalance import PHASES
+
+    return ("queued", *PHASES, "total", "first_records")
+
+
+PHASE_ORDER = _phase_order()
+
+
+def phase_stats(results: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
+    """Per phase, over the member rebalances of every event that report phases (the
+    ZooKeeper modes): how many spent time in it (``n``), and p50 / p99 / max ms (a phase a
+    rebalance did not reach counts as 0). ``total`` is the rebalance's duration,
+    ``first_records`` from its fetchers' start to the first record of the last partition it
+    acquired, ``queued`` from the trigger to its start (triggered rebalances only)."""
+    rows: dict[str, list[float]] = {p: [] for p in PHASE_ORDER}
+    for r in (r for ev in results for r in ev["rebalances"] if r.get("phases") is not None):
+        for p in PHASE_ORDER:
+            if p == "total":
+                v = r["duration_s"] * 1000
+            elif p == "first_records":
+                v = r.get("first_records_ms")
+            elif p == "queued":
+                v = r.get("queued_ms")
+            else:
+                v = r["phases"].get(p, 0.0)
+            if v is not None:
+                rows[p].append(v)
+    return {
+        p: {
+            "n": sum(1 for v in vs if v > 0),
+            "of": len(vs),
+            "p50_ms": percentile(vs, 50),
+            "p99_ms": percentile(vs, 99),
+            "max_ms": max(vs) if vs else float("nan"),
+        }
+        for p, vs in rows.items()
+        if vs
+    }
+
+
+CRITICAL_SEGMENTS = ("cmd_to_ids_ms", "ids_to_start_ms", "rebalance_ms", "end_to_settled_ms")
+
+
+def critical_stats(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The events' critical paths by kind (``all``, ``join``, ``leave``): p50 / p99 / max ms
+    of each segment, and how often each phase was the critical member's longest."""
+    out_: dict[str, dict[str, Any]] = {}
+    for kind in ("all", "join", "leave"):
+        crits = [
+            r["critical"]
+            for r in results
+            if r.get("critical") and (kind == "all" or r["kind"] == kind)
+        ]
+        if not crits:
+            continue
+        row: dict[str, Any] = {"n": len(crits)}
+        for seg in CRITICAL_SEGMENTS:
+            vs = [c[seg] for c in crits if c.get(seg) is not None]
+            row[seg] = {
+                "p50": percentile(vs, 50),
+                "p99": percentile(vs, 99),
+                "max": max(vs) if vs else float("nan"),
+            }
+        longest: dict[str, int] = {}
+        for c in crits:
+            if c.get("phases"):
+                top = max(c["phases"], key=lambda p: c["phases"][p])
+                longest[top] = longest.get(top, 0) + 1
+        row["longest_phase"] = longest
+        out_[kind] = row
+    return out_
 
 
 KAFKA_VERSIONS = ("3.9", "4.3")
@@ -1365,11 +1518,70 @@ def markdown(data: dict[str, Any]) -> str:
         ),
         "",
     ]
+    phased = [c for c in data["configs"] if c.get("phases")]
+    for c in phased:
+        lines += [
+            f"Rebalance phases, `{c['mode']}` {c['members']} x {c['partitions']} (ms, over the "
+            "member rebalances of every event; a phase a rebalance did not reach counts as 0; "
+            "n: rebalances that spent time in it). queued: trigger to start; total: the "
+            "rebalance; first_records: its fetchers' start to the first record of the last "
+            "partition it acquired:",
+            "",
+            md_table(
+                ["phase", "n", "p50", "p99", "max"],
+                [
+                    [
+                        p,
+                        f"{v['n']}/{v['of']}",
+                        fmt(v["p50_ms"], 1),
+                        fmt(v["p99_ms"], 1),
+                        fmt(v["max_ms"], 1),
+                    ]
+                    for p, v in c["phases"].items()
+                ],
+            ),
+            "",
+        ]
+        cp = c.get("critical_path") or {}
+        if cp:
+            lines += [
+                "Critical path per event (the member that settled last): command -> ids "
+                "change (seen by the orchestrator's watch) -> its rebalance start -> its end "
+                "-> settled (its and others' first records), ms p50 / p99 / max; longest "
+                "phase: how often each phase was that member's longest:",
+                "",
+                md_table(
+                    [
+                        "events",
+                        "n",
+                        *(s.removesuffix("_ms") for s in CRITICAL_SEGMENTS),
+                        "longest phase",
+                    ],
+                    [
+                        [kind, row["n"]]
+                        + [
+                            " / ".join(fmt(row[s][q]) for q in ("p50", "p99", "max"))
+                            for s in CRITICAL_SEGMENTS
+                        ]
+                        + [
+                            ", ".join(
+                                f"{p} {n}"
+                                for p, n in sorted(
+                                    row["longest_phase"].items(), key=lambda x: -x[1]
+                                )
+                            )
+                        ]
+                        for kind, row in cp.items()
+                    ],
+                ),
+                "",
+            ]
     if target:
         t = target[0]
-        ok = t["p99_s"] == t["p99_s"] and t["p99_s"] < 1.0
+        ok = t["p99_s"] == t["p99_s"] and t["p99_s"] < TARGET_P99_S
         lines.append(
-            f"Target (azk, 16 x 256, p99 < 1 s): p99 = {fmt(t['p99_s'] * 1000)} ms -> "
+            f"Target (azk, 16 x 256, p99 < {TARGET_P99_S * 1000:.0f} ms): "
+            f"p99 = {fmt(t['p99_s'] * 1000)} ms -> "
             f"{'met' if ok else 'NOT met'}."
         )
     lines += [

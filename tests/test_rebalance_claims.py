@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import pytest
-from _support import OnLog, config_for, wait_settled
+from _support import OnLog, config_for, on_log, owner_nodes, wait_settled
 
 from aiozkconsumer import ZookeeperConsumerConnector
 from aiozkconsumer.subscription import ConsumerThreadId
@@ -74,3 +75,58 @@ async def test_a_blocked_claim_waits_for_the_release_within_one_attempt(
             # The conflict was waited out inside the attempt, not by a second one.
             assert last.attempts == 1
             assert last.acquired == 2
+
+
+async def test_a_join_while_a_claim_waits_makes_the_waiter_plan_again(
+    zk_kafka_cluster: LocalCluster,
+    zk_client: Any,
+    unique_topic: str,
+    unique_group_id: str,
+    rebalance_log: logging.Logger,
+) -> None:
+    """The membership is read again with the claims made after a wait: a member that joined
+    meanwhile makes the waiter delete the claims of the attempt and plan again at once, and
+    the group of three ends with every partition owned once."""
+    group, topic = unique_group_id, unique_topic
+    await zk_kafka_cluster.create_topic(topic, 6)
+    config = config_for(zk_kafka_cluster, group, rebalance_backoff_ms=5000)
+    go = anyio.Event()
+    listener = _ReleaseWhenTold(go)
+    async with (
+        ZookeeperConsumerConnector(config) as first,
+        ZookeeperConsumerConnector(config) as second,
+        ZookeeperConsumerConnector(config) as third,
+    ):
+        first.set_consumer_rebalance_listener(listener)
+        await first.create_message_streams({topic: 1})
+        waiting, replanning = anyio.Event(), anyio.Event()
+        handlers = [
+            OnLog(waiting, second.consumer_id_string, "waiting for the partition ownership"),
+            OnLog(replanning, second.consumer_id_string, "membership changed: planning again"),
+        ]
+        for handler in handlers:
+            rebalance_log.addHandler(handler)
+        try:
+            registered = anyio.Event()
+            with (
+                anyio.fail_after(60),
+                on_log("aiozkconsumer.membership", registered, third.consumer_id_string),
+            ):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(second.create_message_streams, {topic: 1})
+                    await waiting.wait()
+                    tg.start_soon(third.create_message_streams, {topic: 1})
+                    await registered.wait()
+                    go.set()  # the first member releases; the second's claims see 3 members
+            await wait_settled([first, second, third])
+        finally:
+            for handler in handlers:
+                rebalance_log.removeHandler(handler)
+        assert replanning.is_set()
+        members = (first, second, third)
+        owned = {c: {tp.partition for tp in c.statistics().owned_partitions} for c in members}
+        assert sorted(len(parts) for parts in owned.values()) == [2, 2, 2]
+        assert set().union(*owned.values()) == set(range(6))
+        assert await owner_nodes(zk_client, group, topic) == {
+            p: f"{c.consumer_id_string}-0" for c, parts in owned.items() for p in parts
+        }

@@ -109,6 +109,7 @@ class ClusterState(enum.Enum):
 
 _EXPIRE_ATTEMPTS = 5
 
+
 class LocalCluster:
     """A local ZooKeeper + Kafka cluster of real ``java`` processes.
 
