@@ -170,44 +170,6 @@ class ColumnBuilder:
             if status != native.STATUS_TS_TYPE:
                 return total, index, status, consumed
 
-    def add_native(
-        self,
-        batch: Any,
-        topic: str,
-        partition: int,
-        min_offset: int = 0,
-        limit: int = sys.maxsize,
-        end: int = sys.maxsize,
-    ) -> tuple[int, int]:
-        """Add records of a native batch (``kafka.native``), from its cursor on.
-
-        The fast path: the decoder appends the records to the Arrow buffers itself.
-
-        Args:
-            batch: a :data:`~aiozkconsumer.kafka.native.NativeBatch`, decompressed
-                (:func:`~aiozkconsumer.kafka.native.decompressed`).
-            topic: its topic.
-            partition: its partition.
-            min_offset: records at lower offsets are skipped (taken, not added).
-            limit: the most records to add.
-            end: the decoder stops before a record at this offset or beyond.
-
-        Returns:
-            ``(added, status)``: the records added and a ``native.STATUS_*`` (``STATUS_DONE``
-            when the batch is used up).
-
-        Raises:
-            ValueError: the batch's records are malformed (callers name the partition with
-                :func:`~aiozkconsumer.kafka.native.malformed_error`).
-        """
-        columns = self._native
-        if columns is None:
-            raise RuntimeError("add_native needs the native decoder (kafka.native.AVAILABLE)")
-        added, status = batch.take_columns(columns, min_offset, limit, end)
-        if added:
-            self._add_run(topic, partition, batch.timestamp_type, added)
-        return added, status
-
     def _add_run(self, topic: str, partition: int, timestamp_type: int, rows: int) -> None:
         runs = self._runs
         if runs:

@@ -2,7 +2,8 @@
 
 Record batches are built with aiokafka's builders — uncompressed and gzip, null keys,
 tombstones, headers (with null values), LogAppendTime, control batches — and decoded both
-ways: the tuples of ``take_messages``, the Arrow batches of ``ColumnBuilder.add_native`` and
+ways: the tuples of ``take_messages_from``, the Arrow batches of
+``ColumnBuilder.add_native_batches`` and
 the CRC-32C must equal what aiokafka's parser and ``calc_crc32c`` give. Malformed input
 (random byte flips, truncation) must raise ``ValueError``, never crash or read out of bounds.
 """
@@ -120,8 +121,16 @@ def native_messages(data: Any, min_offset: int = 0, limit: int = 7) -> list[Mess
         batch = native.decompressed(batch)
         while True:  # in pieces of `limit`, resuming at the cursor
             before = len(out)
-            got, status = batch.take_messages(
-                out, MessageAndMetadata, TP.topic, TP.partition, min_offset, limit, NO_DEADLINE
+            got, _, status, _ = native.native.take_messages_from(
+                [batch],
+                0,
+                out,
+                MessageAndMetadata,
+                TP.topic,
+                TP.partition,
+                min_offset,
+                limit,
+                NO_DEADLINE,
             )
             assert got == len(out) - before <= limit
             if got:
@@ -207,14 +216,16 @@ def test_malformed_records_raise_value_error_never_crash(data: st.DataObject) ->
     out: list[Any] = []
     columns = native.NativeColumns(True)
     try:
-        batches[0].take_messages(out, MessageAndMetadata, "t", 0, 0, 100, NO_DEADLINE)
+        native.native.take_messages_from(
+            batches, 0, out, MessageAndMetadata, "t", 0, 0, 100, NO_DEADLINE
+        )
     except UnicodeDecodeError:
         pass  # a header key that is not UTF-8 (aiokafka raises the same)
     except ValueError as e:
         assert "malformed record batch" in str(e)
     again = native.native.parse_record_set(bytes(raw[:cut]), False)[0][0]
     try:
-        again.take_columns(columns, 0, 100)
+        native.native.take_columns_from([again], 0, columns, 0, 100)
     except UnicodeDecodeError:
         pass
     except ValueError as e:
@@ -227,9 +238,10 @@ def test_malformed_records_raise_value_error_never_crash(data: st.DataObject) ->
 def test_a_deadline_in_the_past_stops_before_the_next_record() -> None:
     (batch,), _ = native.parse_record_set(raw_batch(0, specs(5)), TP, True) or ((), {})
     out: list[Any] = []
-    got, status = batch.take_messages(out, MessageAndMetadata, "t", 2, 0, 100, 0.0)
+    take = native.native.take_messages_from
+    got, _, status, _ = take([batch], 0, out, MessageAndMetadata, "t", 2, 0, 100, 0.0)
     assert (got, status, out) == (0, native.STATUS_GATE, [])
-    got, status = batch.take_messages(out, MessageAndMetadata, "t", 2, 0, 100, NO_DEADLINE)
+    got, _, status, _ = take([batch], 0, out, MessageAndMetadata, "t", 2, 0, 100, NO_DEADLINE)
     assert (got, status) == (5, native.STATUS_DONE)
     assert [m.offset for m in out] == [0, 1, 2, 3, 4]
 
@@ -265,7 +277,9 @@ def test_native_columns_equal_the_pure_builders(include_headers: bool, compressi
     for batch in parsed[0]:
         batch = native.decompressed(batch)
         while True:
-            added, status = builder.add_native(batch, TP.topic, TP.partition, 4, 5)
+            added, _, status, _ = builder.add_native_batches(
+                [batch], 0, TP.topic, TP.partition, 4, 5
+            )
             assert added <= 5
             if status == native.STATUS_DONE:
                 break
@@ -288,7 +302,7 @@ def test_native_columns_mix_native_and_appended_rows_in_order(include_headers: b
     for b in (builder, expected):
         b.add_messages(msgs)
     (batch,), _ = native.parse_record_set(raw_batch(7, specs(4)), TP, True) or ((), {})
-    builder.add_native(batch, "u", 1)
+    builder.add_native_batches([batch], 0, "u", 1)
     records = MemoryRecords(raw_batch(7, specs(4)))
     b = records.next_batch()
     assert b is not None
@@ -301,7 +315,7 @@ def test_native_columns_mix_native_and_appended_rows_in_order(include_headers: b
 def test_end_offset_stops_the_columns_before_it() -> None:
     (batch,), _ = native.parse_record_set(raw_batch(0, specs(10)), TP, True) or ((), {})
     builder = ColumnBuilder()
-    added, status = builder.add_native(batch, "t", 0, 2, 100, 6)
+    added, _, status, _ = builder.add_native_batches([batch], 0, "t", 0, 2, 100, 6)
     assert (added, status) == (4, native.STATUS_END)
     assert builder.take_batch().column("offset").to_pylist() == [2, 3, 4, 5]
 

@@ -433,26 +433,6 @@ static int check_mam(PyTypeObject *mam) {
     return 0;
 }
 
-/*
- * take_messages(out, mam_type, topic, partition, min_offset, limit, deadline)
- *   -> (appended, status)
- */
-static PyObject *Batch_take_messages(BatchObject *self, PyObject *args) {
-    PyObject *out, *topic, *partition;
-    PyTypeObject *mam;
-    long long min_offset;
-    Py_ssize_t limit, appended;
-    double deadline;
-    if (!PyArg_ParseTuple(args, "O!O!UOLnd", &PyList_Type, &out, &PyType_Type, &mam, &topic,
-                          &partition, &min_offset, &limit, &deadline))
-        return NULL;
-    if (check_mam(mam) < 0) return NULL;
-    int status = batch_messages(self, out, mam, topic, partition, TS_TYPES, min_offset, limit,
-                                deadline, &appended);
-    if (status < 0) return NULL;
-    return Py_BuildValue("(ni)", appended, status);
-}
-
 /* ---------------------------------------------------------------- Columns */
 
 /* A growable byte buffer backed by a bytearray (handed to pyarrow without a copy). */
@@ -745,22 +725,6 @@ static int batch_columns(BatchObject *self, ColumnsObject *c, long long min_offs
         self->index++;
     }
     return STATUS_DONE;
-}
-
-/*
- * take_columns(columns, min_offset, limit, end_offset=2**63-1) -> (added, status)
- *   status: 0 the batch is used up, 1 limit reached (or the columns are full), 3 the next
- *   record is at end_offset or beyond (it is not taken)
- */
-static PyObject *Batch_take_columns(BatchObject *self, PyObject *args) {
-    ColumnsObject *c;
-    long long min_offset, end_offset = INT64_MAX;
-    Py_ssize_t limit, added;
-    if (!PyArg_ParseTuple(args, "O!Ln|L", &ColumnsType, &c, &min_offset, &limit, &end_offset))
-        return NULL;
-    int status = batch_columns(self, c, min_offset, limit, end_offset, &added);
-    if (status < 0) return NULL;
-    return Py_BuildValue("(ni)", added, status);
 }
 
 /* The batch at batches[index] when the native loops can read it: an uncompressed, non-control
@@ -1169,11 +1133,6 @@ static PyGetSetDef Batch_getset[] = {
 };
 
 static PyMethodDef Batch_methods[] = {
-    {"take_messages", (PyCFunction)Batch_take_messages, METH_VARARGS,
-     "take_messages(out, mam_type, topic, partition, min_offset, limit, deadline) -> "
-     "(appended, status)"},
-    {"take_columns", (PyCFunction)Batch_take_columns, METH_VARARGS,
-     "take_columns(columns, min_offset, limit, end_offset=2**63-1) -> (added, taken, status)"},
     {"with_records", (PyCFunction)Batch_with_records, METH_O,
      "with_records(payload) -> this batch over its decompressed records"},
     {"records_bytes", (PyCFunction)Batch_records_bytes, METH_NOARGS,
