@@ -37,7 +37,13 @@ from . import native
 if TYPE_CHECKING:
     from ..records import TopicPartition
 
-__all__ = ["HARDWARE_CRC32C", "SkippedBatch", "check_record_set", "corrupt_batches"]
+__all__ = [
+    "HARDWARE_CRC32C",
+    "SkippedBatch",
+    "check_record_set",
+    "corrupt_batches",
+    "crc_mismatch_error",
+]
 
 
 def _load_crc32c() -> tuple[Callable[[Any], int], bool]:
@@ -100,7 +106,8 @@ def corrupt_batches(data: bytes, tp: TopicPartition) -> dict[int, CorruptRecordE
             computed = _crc32c(view[pos + _V2_CRC_FROM : stop])
             if stored != computed:
                 (delta,) = _V2_LAST_DELTA.unpack_from(view, pos + _V2_LAST_DELTA_AT)
-                found.setdefault(base + delta + 1, _error(tp, base, base + delta, stored, computed))
+                error = crc_mismatch_error(tp, base, base + delta, stored, computed)
+                found.setdefault(base + delta + 1, error)
         else:
             if length < _LEGACY_CRC_FROM - _LOG_OVERHEAD + 1:
                 break
@@ -108,7 +115,7 @@ def corrupt_batches(data: bytes, tp: TopicPartition) -> dict[int, CorruptRecordE
             computed = zlib.crc32(view[pos + _LEGACY_CRC_FROM : stop])
             if stored != computed:
                 # A legacy (wrapper) message carries the offset of its last record.
-                found.setdefault(base + 1, _error(tp, base, base, stored, computed))
+                found.setdefault(base + 1, crc_mismatch_error(tp, base, base, stored, computed))
         pos = stop
     return found
 
@@ -128,9 +135,13 @@ def check_record_set(data: bytes, tp: TopicPartition) -> None:
         raise error
 
 
-def _error(
+def crc_mismatch_error(
     tp: TopicPartition, first: int, last: int, stored: int, computed: int
 ) -> CorruptRecordError:
+    """The error for a batch at offsets ``first..last`` whose stored CRC is not the computed one.
+
+    Shared by :func:`corrupt_batches` and the native decoder (``native.parse_record_set``).
+    """
     return CorruptRecordError(
         tp.topic,
         tp.partition,

@@ -142,21 +142,16 @@ def parse_record_set(
     if legacy_at >= 0:
         return None
     corrupt: dict[int, CorruptRecordError] = {}
-    for batch in bad:
-        view = memoryview(data)[batch.start + _CRC_FROM : batch.end]
-        computed = native.crc32c(view)
-        corrupt.setdefault(
-            batch.next_offset,
-            CorruptRecordError(
-                tp.topic,
-                tp.partition,
-                batch.base_offset,
-                f"CRC mismatch: stored {batch.crc:#010x}, computed {computed:#010x}",
-                last_offset=batch.next_offset - 1,
-                expected_crc=batch.crc,
-                actual_crc=computed,
-            ),
-        )
+    if bad:
+        from .crc import crc_mismatch_error  # crc.py imports this module
+
+        for batch in bad:
+            view = memoryview(data)[batch.start + _CRC_FROM : batch.end]
+            last = batch.next_offset - 1
+            corrupt.setdefault(
+                batch.next_offset,
+                crc_mismatch_error(tp, batch.base_offset, last, batch.crc, native.crc32c(view)),
+            )
     return batches, corrupt
 
 
