@@ -350,6 +350,24 @@ class CorruptRecordError(ConsumerError):
         self.expected_crc = expected_crc
         self.actual_crc = actual_crc
 
+    @classmethod
+    def crc_mismatch(
+        cls, topic: str, partition: int, first: int, last: int, stored: int, computed: int
+    ) -> CorruptRecordError:
+        """The error for the batch at offsets ``first..last`` whose stored CRC is not ``computed``.
+
+        Built by both record parsers' checks (``kafka/crc.py``, ``kafka/native.py``).
+        """
+        return cls(
+            topic,
+            partition,
+            first,
+            f"CRC mismatch: stored {stored:#010x}, computed {computed:#010x}",
+            last_offset=last,
+            expected_crc=stored,
+            actual_crc=computed,
+        )
+
 
 class CommitFencedError(OffsetStorageError):
     """A commit was refused because another member claimed the partitions since.

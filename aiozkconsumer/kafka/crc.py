@@ -37,13 +37,7 @@ from . import native
 if TYPE_CHECKING:
     from ..records import TopicPartition
 
-__all__ = [
-    "HARDWARE_CRC32C",
-    "SkippedBatch",
-    "check_record_set",
-    "corrupt_batches",
-    "crc_mismatch_error",
-]
+__all__ = ["HARDWARE_CRC32C", "SkippedBatch", "check_record_set", "corrupt_batches"]
 
 
 def _load_crc32c() -> tuple[Callable[[Any], int], bool]:
@@ -106,7 +100,9 @@ def corrupt_batches(data: bytes, tp: TopicPartition) -> dict[int, CorruptRecordE
             computed = _crc32c(view[pos + _V2_CRC_FROM : stop])
             if stored != computed:
                 (delta,) = _V2_LAST_DELTA.unpack_from(view, pos + _V2_LAST_DELTA_AT)
-                error = crc_mismatch_error(tp, base, base + delta, stored, computed)
+                error = CorruptRecordError.crc_mismatch(
+                    tp.topic, tp.partition, base, base + delta, stored, computed
+                )
                 found.setdefault(base + delta + 1, error)
         else:
             if length < _LEGACY_CRC_FROM - _LOG_OVERHEAD + 1:
@@ -115,7 +111,12 @@ def corrupt_batches(data: bytes, tp: TopicPartition) -> dict[int, CorruptRecordE
             computed = zlib.crc32(view[pos + _LEGACY_CRC_FROM : stop])
             if stored != computed:
                 # A legacy (wrapper) message carries the offset of its last record.
-                found.setdefault(base + 1, crc_mismatch_error(tp, base, base, stored, computed))
+                found.setdefault(
+                    base + 1,
+                    CorruptRecordError.crc_mismatch(
+                        tp.topic, tp.partition, base, base, stored, computed
+                    ),
+                )
         pos = stop
     return found
 
@@ -133,24 +134,6 @@ def check_record_set(data: bytes, tp: TopicPartition) -> None:
     """
     for error in corrupt_batches(data, tp).values():
         raise error
-
-
-def crc_mismatch_error(
-    tp: TopicPartition, first: int, last: int, stored: int, computed: int
-) -> CorruptRecordError:
-    """The error for a batch at offsets ``first..last`` whose stored CRC is not the computed one.
-
-    Shared by :func:`corrupt_batches` and the native decoder (``native.parse_record_set``).
-    """
-    return CorruptRecordError(
-        tp.topic,
-        tp.partition,
-        first,
-        f"CRC mismatch: stored {stored:#010x}, computed {computed:#010x}",
-        last_offset=last,
-        expected_crc=stored,
-        actual_crc=computed,
-    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,14 +143,14 @@ def parse_record_set(
         return None
     corrupt: dict[int, CorruptRecordError] = {}
     if bad:
-        from .crc import crc_mismatch_error  # crc.py imports this module
-
         for batch in bad:
             view = memoryview(data)[batch.start + _CRC_FROM : batch.end]
             last = batch.next_offset - 1
             corrupt.setdefault(
                 batch.next_offset,
-                crc_mismatch_error(tp, batch.base_offset, last, batch.crc, native.crc32c(view)),
+                CorruptRecordError.crc_mismatch(
+                    tp.topic, tp.partition, batch.base_offset, last, batch.crc, native.crc32c(view)
+                ),
             )
     return batches, corrupt
 
