@@ -72,10 +72,13 @@ def kafka_arrow_schema(include_headers: bool = False) -> pa.Schema:
 class ColumnBuilder:
     """Records of any partitions, gathered column by column until turned into Arrow.
 
-    Feed it with :meth:`add_records` (records of one record batch), :meth:`add_legacy_records`
+    Feed it with :meth:`add_native_batches` (the native decoder's batches, the fast path),
+    :meth:`add_records` (aiokafka's records of one record batch), :meth:`add_legacy_records`
     (a message set of magic 0 or 1) or :meth:`add_messages` (``MessageAndMetadata`` objects),
     then take a ``pyarrow.RecordBatch`` with :meth:`take_batch`. Rows keep the order they
-    were added in. Not thread-safe; one per task.
+    were added in. With the native decoder (``kafka.native.AVAILABLE``) every row goes into
+    its Arrow buffers, which ``take_batch`` wraps without a copy; without it, into per-column
+    lists. Not thread-safe; one per task.
 
     Args:
         include_headers: gather the ``headers`` column too.
