@@ -25,6 +25,7 @@ from .connector import (
 )
 from .consumer import Consumer, create_connector
 from .errors import (
+    AuthenticationError,
     BrokerNotAvailableError,
     CommitFencedError,
     ConsumerClosedError,
@@ -43,7 +44,9 @@ from .errors import (
     OffsetFetchError,
     OffsetOutOfRangeError,
     OffsetStorageError,
+    SslAuthenticationError,
     UnknownTopicError,
+    ZookeeperAuthError,
     ZookeeperBadVersionError,
     ZookeeperConnectionError,
     ZookeeperError,
@@ -63,6 +66,7 @@ from .subscription import Blacklist, ConsumerThreadId, TopicFilter, Whitelist
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AuthenticationError",
     "CommitFencedError",
     "Blacklist",
     "BrokerNotAvailableError",
@@ -99,11 +103,13 @@ __all__ = [
     "OffsetStorageError",
     "RebalanceRecord",
     "SimpleConsumer",
+    "SslAuthenticationError",
     "TopicFilter",
     "TopicPartition",
     "UnknownConfigWarning",
     "UnknownTopicError",
     "Whitelist",
+    "ZookeeperAuthError",
     "ZookeeperConnectionError",
     "ZookeeperConsumerConnector",
     "ZookeeperError",

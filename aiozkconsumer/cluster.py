@@ -17,6 +17,7 @@ import anyio
 
 from .errors import MalformedZookeeperDataError, NoBrokersError
 from .kafka.client import EARLIEST, LATEST, KafkaClient
+from .security import KafkaSecurity
 from .zk import layout
 from .zk.client import ZkClient
 
@@ -83,9 +84,15 @@ async def read_partitions_for_topics(
     return result
 
 
-def bootstrap_from_brokers(brokers: Iterable[layout.BrokerInfo]) -> str:
-    """A ``bootstrap.servers`` string from the brokers' PLAINTEXT endpoints."""
-    addrs = [b.plaintext_address() for b in brokers]
+def bootstrap_from_brokers(
+    brokers: Iterable[layout.BrokerInfo], security_protocol: str = "PLAINTEXT"
+) -> str:
+    """A ``bootstrap.servers`` string from the brokers' endpoints of ``security_protocol``.
+
+    Raises:
+        MalformedZookeeperDataError: a broker has no endpoint of that protocol.
+    """
+    addrs = [b.address_for(security_protocol) for b in brokers]
     return ",".join(f"{host}:{port}" for host, port in addrs)
 
 
@@ -142,8 +149,10 @@ class ClusterView:
         request_timeout_ms: int = 30000,
         retry_backoff_ms: int = 200,
         retry: Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]] | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.zk = zk
+        self.security = security or KafkaSecurity()
         self.source = source
         self.bootstrap_servers = bootstrap_servers or None
         self.client_id = client_id
@@ -217,12 +226,13 @@ class ClusterView:
                             f"no brokers found in ZooKeeper under {layout.BROKER_IDS_PATH} "
                             "and bootstrap.servers is not set"
                         )
-                    servers = bootstrap_from_brokers(found)
+                    servers = bootstrap_from_brokers(found, self.security.security_protocol)
                 kafka = KafkaClient(
                     servers,
                     client_id=self.client_id,
                     request_timeout_ms=self.request_timeout_ms,
                     retry_backoff_ms=self.retry_backoff_ms,
+                    security=self.security,
                 )
                 try:
                     await kafka.start()

@@ -13,19 +13,24 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import os
 import re
 import types
 import typing
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Self
 
 from aiozkconsumer.errors import InvalidConfigError
 
+if typing.TYPE_CHECKING:
+    from aiozkconsumer.security import KafkaSecurity
+
 __all__ = [
     "ConsumerConfig",
     "UnknownConfigWarning",
+    "kafka_security_from_properties",
     "nearest_key",
     "validate_bootstrap_servers",
     "validate_group_id",
@@ -62,7 +67,47 @@ _CLASSIC_PROTOCOL_ONLY = (
 # The Java KafkaConsumer's names for auto.offset.reset, accepted with group.coordinator=kafka.
 _NEW_CONSUMER_RESETS = {"earliest": "smallest", "latest": "largest"}
 # Keys of the Java KafkaConsumer that name an existing property of this consumer.
-_KEY_ALIASES = {"enable.auto.commit": "auto.commit.enable"}
+_KEY_ALIASES = {
+    "enable.auto.commit": "auto.commit.enable",
+    # The Java client's PEM spellings (ssl.truststore.type=PEM, ssl.keystore.type=PEM) and
+    # KIP-1139's names of the OAuth client credentials.
+    "ssl.key.password": "ssl.password",
+    "sasl.oauthbearer.client.credentials.client.id": "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.credentials.client.secret": "sasl.oauthbearer.client.secret",
+}
+# Java client keys whose value is a file in a format named by a *.type key: PEM files are read
+# here as they are (ssl.cafile / ssl.certfile); JKS and PKCS12 stores are refused with advice.
+_STORE_KEYS = {
+    "ssl.truststore.location": ("ssl.truststore.type", "ssl_cafile"),
+    "ssl.keystore.location": ("ssl.keystore.type", "ssl_certfile"),
+    "zookeeper.ssl.truststore.location": ("zookeeper.ssl.truststore.type", "zookeeper_ssl_cafile"),
+    "zookeeper.ssl.keystore.location": ("zookeeper.ssl.keystore.type", "zookeeper_ssl_certfile"),
+}
+_STORE_TYPE_KEYS = {
+    "ssl.truststore.type",
+    "ssl.keystore.type",
+    "zookeeper.ssl.truststore.type",
+    "zookeeper.ssl.keystore.type",
+}
+_SECURITY_PROTOCOL_VALUES = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_SASL_MECHANISM_VALUES = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+_ISOLATION_LEVEL_VALUES = ("read_uncommitted", "read_committed")
+_ENDPOINT_IDENTIFICATION_VALUES = ("https", "")
+SECRET_KEYS = frozenset(
+    {
+        "ssl.password",
+        "sasl.password",
+        "sasl.jaas.config",
+        "sasl.oauthbearer.client.secret",
+        "zookeeper.auth",
+        "zookeeper.ssl.password",
+    }
+)
+"""Dotted keys whose values are secrets: never in ``repr``, errors, logs or ``describe``."""
+REDACTED = "[hidden]"
+"""What stands in for a secret's value wherever a config is shown."""
+# Attributes that hold objects given from code, never read from a properties file.
+_OBJECT_FIELDS = ("ssl_context", "sasl_oauthbearer_token_provider")
 
 
 class UnknownConfigWarning(UserWarning):
@@ -274,6 +319,52 @@ class ConsumerConfig:
     group_remote_assignor: str | None = None
     interceptor_classes: str | None = None
     offsets_malformed_reset: bool = False
+    # ---- Kafka connections: TLS and SASL (the Java client's keys) --------------------
+    security_protocol: str = "PLAINTEXT"
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+    ssl_endpoint_identification_algorithm: str = "https"
+    ssl_check_hostname: bool | None = None
+    ssl_context: Any = field(default=None, repr=False)
+    sasl_mechanism: str = "GSSAPI"
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    sasl_jaas_config: str | None = field(default=None, repr=False)
+    sasl_kerberos_service_name: str = "kafka"
+    sasl_kerberos_domain_name: str | None = None
+    sasl_oauthbearer_token_provider: Any = field(default=None, repr=False)
+    sasl_oauthbearer_token_endpoint_url: str | None = None
+    sasl_oauthbearer_client_id: str | None = None
+    sasl_oauthbearer_client_secret: str | None = field(default=None, repr=False)
+    sasl_oauthbearer_scope: str | None = None
+    reconnect_backoff_max_ms: int = 1000
+    # ---- what is read -----------------------------------------------------------------
+    isolation_level: str = "read_uncommitted"
+    client_rack: str | None = None
+    # ---- ZooKeeper: auth, TLS, ACLs ----------------------------------------------------
+    zookeeper_auth: str | None = field(default=None, repr=False)
+    zookeeper_set_acl: bool = False
+    zookeeper_ssl_client_enable: bool = False
+    zookeeper_ssl_cafile: str | None = None
+    zookeeper_ssl_certfile: str | None = None
+    zookeeper_ssl_keyfile: str | None = None
+    zookeeper_ssl_password: str | None = field(default=None, repr=False)
+    zookeeper_ssl_endpoint_identification_algorithm: str = "https"
+
+    def __repr__(self) -> str:
+        # Secrets are never shown (SECRET_KEYS), objects from code only by their type.
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None and f.name in _SECRET_FIELDS:
+                parts.append(f"{f.name}={REDACTED!r}")
+            elif value is not None and f.name in _OBJECT_FIELDS:
+                parts.append(f"{f.name}=<{type(value).__name__}>")
+            else:
+                parts.append(f"{f.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
 
     def __post_init__(self) -> None:
         for name, (kind, optional) in _FIELD_KINDS.items():
@@ -365,6 +456,12 @@ class ConsumerConfig:
             _CLUSTER_METADATA_SOURCE_VALUES,
         )
         _check_choice("crc.error.action", self.crc_error_action, _CRC_ERROR_ACTION_VALUES)
+        _check_choice("isolation.level", self.isolation_level, _ISOLATION_LEVEL_VALUES)
+        _check_range("reconnect.backoff.max.ms", self.reconnect_backoff_max_ms, 1)
+        if self.client_rack is not None and not self.client_rack.strip():
+            raise InvalidConfigError("client.rack", "must not be blank (leave it unset instead)")
+        self._check_security()
+        self._check_zookeeper_security()
 
         # As ConsumerConfig.scala's require (KAFKA-1147): a long poll must not outlast the socket.
         if self.fetch_wait_max_ms > self.socket_timeout_ms:
@@ -373,6 +470,175 @@ class ConsumerConfig:
                 f"must be at least fetch.wait.max.ms ({self.fetch_wait_max_ms}) to prevent "
                 f"unnecessary socket timeouts, got {self.socket_timeout_ms}",
             )
+
+    def _check_security(self) -> None:
+        """The rules of ``security.protocol``, ``ssl.*`` and ``sasl.*`` (at construction)."""
+        protocol = self.security_protocol.upper()
+        object.__setattr__(self, "security_protocol", protocol)
+        _check_choice("security.protocol", protocol, _SECURITY_PROTOCOL_VALUES)
+        mechanism = self.sasl_mechanism.upper()
+        object.__setattr__(self, "sasl_mechanism", mechanism)
+        _check_choice("sasl.mechanism", mechanism, _SASL_MECHANISM_VALUES)
+        algorithm = self.ssl_endpoint_identification_algorithm.lower()
+        object.__setattr__(self, "ssl_endpoint_identification_algorithm", algorithm)
+        _check_choice(
+            "ssl.endpoint.identification.algorithm", algorithm, _ENDPOINT_IDENTIFICATION_VALUES
+        )
+        tls = protocol in ("SSL", "SASL_SSL")
+        sasl = protocol.startswith("SASL_")
+        if not tls:
+            tls_keys = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_context")
+            for name in tls_keys:
+                if getattr(self, name) is not None:
+                    raise InvalidConfigError(
+                        name.replace("_", "."),
+                        f"is set but security.protocol={protocol} does not use TLS; set "
+                        f"security.protocol=SSL or SASL_SSL",
+                    )
+        if self.ssl_context is not None:
+            import ssl
+
+            if not isinstance(self.ssl_context, ssl.SSLContext):
+                raise InvalidConfigError(
+                    "ssl.context",
+                    f"must be an ssl.SSLContext, got {type(self.ssl_context).__name__}",
+                )
+            for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"):
+                if getattr(self, name) is not None:
+                    raise InvalidConfigError(
+                        name.replace("_", "."),
+                        "is set together with ssl.context; give the files or the context, "
+                        "not both",
+                    )
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            _check_readable_file(name.replace("_", "."), getattr(self, name))
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise InvalidConfigError(
+                "ssl.keyfile", "is set without ssl.certfile (the client certificate it belongs to)"
+            )
+        sasl_keys = (
+            "sasl_username",
+            "sasl_password",
+            "sasl_jaas_config",
+            "sasl_oauthbearer_token_provider",
+            "sasl_oauthbearer_token_endpoint_url",
+            "sasl_oauthbearer_client_id",
+            "sasl_oauthbearer_client_secret",
+            "sasl_oauthbearer_scope",
+        )
+        if not sasl:
+            for name in sasl_keys:
+                if getattr(self, name) is not None:
+                    raise InvalidConfigError(
+                        name.replace("_", "."),
+                        f"is set but security.protocol={protocol} does not use SASL; set "
+                        f"security.protocol=SASL_SSL (or SASL_PLAINTEXT)",
+                    )
+            if mechanism != "GSSAPI":
+                raise InvalidConfigError(
+                    "sasl.mechanism",
+                    f"is {mechanism} but security.protocol={protocol} does not use SASL; set "
+                    f"security.protocol=SASL_SSL (or SASL_PLAINTEXT)",
+                )
+            return
+        if self.sasl_jaas_config is not None:
+            from aiozkconsumer.security import jaas_credentials
+
+            creds = jaas_credentials(self.sasl_jaas_config, mechanism)
+            for name, value in creds.items():
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, value)
+        if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+            for name in ("sasl_username", "sasl_password"):
+                if not getattr(self, name):
+                    raise InvalidConfigError(
+                        name.replace("_", "."),
+                        f"required with sasl.mechanism={mechanism} (or a sasl.jaas.config "
+                        f"with username and password)",
+                    )
+        elif mechanism == "OAUTHBEARER":
+            provider = self.sasl_oauthbearer_token_provider
+            url = self.sasl_oauthbearer_token_endpoint_url
+            if provider is None and url is None:
+                raise InvalidConfigError(
+                    "sasl.oauthbearer.token.endpoint.url",
+                    "sasl.mechanism=OAUTHBEARER needs a token: set "
+                    "sasl.oauthbearer.token.endpoint.url with sasl.oauthbearer.client.id and "
+                    "sasl.oauthbearer.client.secret, or pass sasl_oauthbearer_token_provider",
+                )
+            if provider is not None and url is not None:
+                raise InvalidConfigError(
+                    "sasl.oauthbearer.token.endpoint.url",
+                    "set together with sasl_oauthbearer_token_provider; give one of them",
+                )
+            if provider is not None and not callable(getattr(provider, "token", None)):
+                raise InvalidConfigError(
+                    "sasl.oauthbearer.token.provider",
+                    "must have an async token() method returning the token string",
+                )
+            if url is not None:
+                if not url.startswith(("https://", "http://", "file:")):
+                    raise InvalidConfigError(
+                        "sasl.oauthbearer.token.endpoint.url",
+                        "must be an http(s):// URL (or file: holding a token)",
+                    )
+                if url.startswith("http") and not (
+                    self.sasl_oauthbearer_client_id and self.sasl_oauthbearer_client_secret
+                ):
+                    raise InvalidConfigError(
+                        "sasl.oauthbearer.client.id",
+                        "the client-credentials flow needs sasl.oauthbearer.client.id and "
+                        "sasl.oauthbearer.client.secret",
+                    )
+
+    def _check_zookeeper_security(self) -> None:
+        """The rules of ``zookeeper.auth``, ``zookeeper.set.acl`` and ``zookeeper.ssl.*``."""
+        if self.zookeeper_auth is not None:
+            scheme, colon, credentials = self.zookeeper_auth.partition(":")
+            if not colon or not scheme or not credentials:
+                raise InvalidConfigError(
+                    "zookeeper.auth",
+                    "must be scheme:credentials, e.g. digest:user:password (value hidden)",
+                )
+            if scheme == "digest" and ":" not in credentials:
+                raise InvalidConfigError(
+                    "zookeeper.auth",
+                    "digest credentials must be user:password (value hidden)",
+                )
+        algorithm = self.zookeeper_ssl_endpoint_identification_algorithm.lower()
+        object.__setattr__(self, "zookeeper_ssl_endpoint_identification_algorithm", algorithm)
+        _check_choice(
+            "zookeeper.ssl.endpoint.identification.algorithm",
+            algorithm,
+            _ENDPOINT_IDENTIFICATION_VALUES,
+        )
+        for name in (
+            "zookeeper_ssl_cafile",
+            "zookeeper_ssl_certfile",
+            "zookeeper_ssl_keyfile",
+            "zookeeper_ssl_password",
+        ):
+            if getattr(self, name) is not None and not self.zookeeper_ssl_client_enable:
+                raise InvalidConfigError(
+                    name.replace("_", "."),
+                    "is set but zookeeper.ssl.client.enable is false; set it to true",
+                )
+        for name in ("zookeeper_ssl_cafile", "zookeeper_ssl_certfile", "zookeeper_ssl_keyfile"):
+            _check_readable_file(name.replace("_", "."), getattr(self, name))
+        if self.zookeeper_ssl_keyfile is not None and self.zookeeper_ssl_certfile is None:
+            raise InvalidConfigError(
+                "zookeeper.ssl.keyfile", "is set without zookeeper.ssl.certfile"
+            )
+
+    @property
+    def tls(self) -> bool:
+        """Whether Kafka connections use TLS (``security.protocol`` SSL or SASL_SSL)."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def read_committed(self) -> bool:
+        """Whether ``isolation.level`` is ``read_committed``."""
+        return self.isolation_level == "read_committed"
 
     def _check_group_protocol(self) -> None:
         """The rules of ``group.protocol`` and ``group.remote.assignor`` (at construction)."""
@@ -529,6 +795,13 @@ class ConsumerConfig:
         for key, value in props.items():
             if isinstance(key, str):
                 key = _KEY_ALIASES.get(key, key)
+            if key in _STORE_TYPE_KEYS:
+                continue  # read with its store's location below
+            if key in _STORE_KEYS:
+                if value is not None:
+                    type_key, name = _STORE_KEYS[key]
+                    kwargs[name] = _pem_store(key, str(value).strip(), props.get(type_key))
+                continue
             name = key.replace(".", "_") if isinstance(key, str) else ""
             if not isinstance(key, str) or "_" in key or name not in kinds:
                 unknown.append(_describe_unknown(key, kinds))
@@ -564,7 +837,7 @@ class ConsumerConfig:
         out: dict[str, str] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value is None:
+            if value is None or f.name in _OBJECT_FIELDS:
                 continue
             key = f.name.replace("_", ".")
             if isinstance(value, bool):
@@ -593,6 +866,8 @@ def _field_kinds(cls: type[ConsumerConfig]) -> dict[str, tuple[type, bool]]:
     """Map each attribute to its base type (int, bool or str) and whether ``None`` is allowed."""
     kinds: dict[str, tuple[type, bool]] = {}
     for name, hint in typing.get_type_hints(cls).items():
+        if name in _OBJECT_FIELDS:
+            continue  # objects from code (an SSLContext, a token provider): no properties key
         if isinstance(hint, types.UnionType):
             (base,) = (arg for arg in typing.get_args(hint) if arg is not type(None))
             kinds[name] = (base, True)
@@ -602,6 +877,8 @@ def _field_kinds(cls: type[ConsumerConfig]) -> dict[str, tuple[type, bool]]:
 
 
 _FIELD_KINDS = _field_kinds(ConsumerConfig)
+_ALL_FIELDS = frozenset(f.name for f in dataclasses.fields(ConsumerConfig))
+_SECRET_FIELDS = frozenset(key.replace(".", "_") for key in SECRET_KEYS)
 
 _dataclass_init = ConsumerConfig.__init__
 
@@ -644,7 +921,7 @@ def nearest_key(key: str) -> str | None:
 
 
 def _reject_unknown_keywords(kwargs: Mapping[str, object]) -> None:
-    unknown = sorted(set(kwargs) - set(_FIELD_KINDS))
+    unknown = sorted(set(kwargs) - _ALL_FIELDS)
     if unknown:
         name = unknown[0]
         near = nearest_key(name)
@@ -683,9 +960,10 @@ def _check_type(name: str, value: object, kind: type, optional: bool) -> None:
         ok = isinstance(value, kind)
     if not ok:
         wanted = _KIND_NAMES[kind] + (" or None" if optional else "")
+        shown = REDACTED if name in _SECRET_FIELDS else repr(value)
         raise InvalidConfigError(
             name.replace("_", "."),
-            f"must be {wanted}, got {value!r} ({type(value).__name__})",
+            f"must be {wanted}, got {shown} ({type(value).__name__})",
         )
 
 
@@ -699,6 +977,68 @@ def _check_range(key: str, value: int, minimum: int, *, extra: str = "") -> None
 def _check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise InvalidConfigError(key, f"must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def kafka_security_from_properties(props: Mapping[str, str] | None) -> KafkaSecurity:
+    """The Kafka connection security given by Java-client dotted keys.
+
+    For the tools that take a ``--command-config`` file or Spark options: only
+    ``security.protocol``, ``ssl.*``, ``sasl.*`` and ``reconnect.backoff.max.ms`` are read,
+    with the rules of :class:`ConsumerConfig`; other keys are ignored here.
+
+    Args:
+        props: dotted keys to string values; ``None`` or empty means plaintext.
+
+    Returns:
+        The security of every connection to open.
+
+    Raises:
+        InvalidConfigError: a security key is wrong, as :class:`ConsumerConfig` would say.
+    """
+    from aiozkconsumer.security import KafkaSecurity
+
+    wanted = {
+        k: v
+        for k, v in (props or {}).items()
+        if k.startswith(("ssl.", "sasl.", "security.")) or k == "reconnect.backoff.max.ms"
+    }
+    if not wanted:
+        return KafkaSecurity()
+    # Only the security keys are checked: the required keys of a group are filled in.
+    wanted.update({"group.id": "g", "group.coordinator": "kafka", "bootstrap.servers": "x:1"})
+    return KafkaSecurity.from_config(ConsumerConfig.from_properties(wanted))
+
+
+def _pem_store(key: str, path: str, store_type: object) -> str:
+    """A Java client's trust/key store location, accepted when it is a PEM file."""
+    kind = str(store_type).strip().upper() if store_type is not None else None
+    if kind not in (None, "PEM"):
+        raise InvalidConfigError(
+            key,
+            f"a {kind} store cannot be read here; convert it to PEM (keytool -exportcert -rfc "
+            f"for a truststore, openssl pkcs12 -nodes for a keystore) and set "
+            f"{key.rsplit('.', 2)[0]}.type=PEM, or use ssl.cafile / ssl.certfile",
+        )
+    _check_readable_file(key, path)
+    if kind is None:
+        with open(path, "rb") as f:
+            looks_pem = b"-----BEGIN" in f.read(4096)
+        if not looks_pem:
+            raise InvalidConfigError(
+                key,
+                f"{path!r} is not a PEM file (a JKS or PKCS12 store?); convert it to PEM and "
+                f"set {key.rsplit('.', 2)[0]}.type=PEM, or use ssl.cafile / ssl.certfile",
+            )
+    return path
+
+
+def _check_readable_file(key: str, path: str | None) -> None:
+    if path is None:
+        return
+    if not os.path.isfile(path):
+        raise InvalidConfigError(key, f"no such file: {path!r}")
+    if not os.access(path, os.R_OK):
+        raise InvalidConfigError(key, f"file {path!r} is not readable")
 
 
 def _check_legal_chars(key: str, value: str) -> None:

@@ -43,6 +43,7 @@ from .lease import SessionLease
 from .membership import Membership
 from .offsets import make_offset_store
 from .rebalance import Rebalancer
+from .security import KafkaSecurity
 from .watches import GroupWatches
 from .zk.client import ZkClient
 
@@ -113,6 +114,7 @@ class ZookeeperConsumerConnector(ConsumerConnector):
             request_timeout_ms=config.socket_timeout_ms,
             retry_backoff_ms=config.refresh_leader_backoff_ms,
             retry=self.retry_across_connection_loss,
+            security=KafkaSecurity.from_config(config),
         )
         super().__init__(
             config,

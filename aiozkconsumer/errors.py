@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .records import TopicPartition
 
 __all__ = [
+    "AuthenticationError",
     "CommitFencedError",
     "BrokerNotAvailableError",
     "ConsumerClosedError",
@@ -35,6 +36,8 @@ __all__ = [
     "OffsetStorageError",
     "UnknownTopicError",
     "GroupCoordinatorError",
+    "SslAuthenticationError",
+    "ZookeeperAuthError",
     "ZookeeperConnectionError",
     "ZookeeperError",
     "ZookeeperBadVersionError",
@@ -113,6 +116,19 @@ class ZookeeperError(ConsumerError):
     """Base class of ZooKeeper failures."""
 
 
+class ZookeeperAuthError(ZookeeperError):
+    """ZooKeeper refused this client: its credentials (``AUTH_FAILED``), or the node's ACL
+    (``NOAUTH``) for the operation asked.
+
+    Attributes:
+        path: the node's path, or ``None`` for a failure of the session's authentication.
+    """
+
+    def __init__(self, path: str | None, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class ZookeeperConnectionError(ZookeeperError, ConnectionError):
     """ZooKeeper could not be reached (or the connection was lost) in the time allowed."""
 
@@ -182,6 +198,34 @@ class BrokerNotAvailableError(ConsumerError):
 
 class KafkaConnectionError(BrokerNotAvailableError, ConnectionError):
     """A connection to a Kafka broker failed."""
+
+
+class AuthenticationError(ConsumerError):
+    """A broker refused this client's credentials, or the client could not authenticate.
+
+    As the Java client's ``AuthenticationException`` (``SaslAuthenticationException`` for a
+    SASL failure). Not retried in a loop: a wrong password stays wrong.
+
+    Attributes:
+        broker: ``host:port`` of the broker that refused (or could not be authenticated).
+        mechanism: the SASL mechanism (``SCRAM-SHA-512``), or ``None`` for TLS.
+    """
+
+    def __init__(self, broker: str, mechanism: str | None, reason: str) -> None:
+        how = f" with {mechanism}" if mechanism else ""
+        super().__init__(f"authentication{how} at broker {broker} failed: {reason}")
+        self.broker = broker
+        self.mechanism = mechanism
+        self.reason = reason
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake with a broker failed: untrusted or wrong-host certificate, a client
+    certificate the broker refused, or TLS spoken to a port that does not (Java's
+    ``SslAuthenticationException``)."""
+
+    def __init__(self, broker: str, reason: str) -> None:
+        super().__init__(broker, None, reason)
 
 
 class UnknownTopicError(ConsumerError, LookupError):

@@ -34,6 +34,7 @@ from .kafka_coordinator import METADATA_REFRESH_MS, KafkaCoordinator
 from .offsets import OffsetStore, make_offset_store
 from .offsets.kafka_store import KafkaOffsetStore
 from .offsets.rules import default_fetch_timeout_ms
+from .security import KafkaSecurity
 
 __all__ = ["KafkaConsumerConnector"]
 
@@ -95,6 +96,7 @@ class KafkaConsumerConnector(ConsumerConnector):
             client_id=config.effective_client_id,
             request_timeout_ms=config.socket_timeout_ms,
             retry_backoff_ms=config.refresh_leader_backoff_ms,
+            security=KafkaSecurity.from_config(config),
         )
         offset_store: OffsetStore
         if config.consumer_protocol:

@@ -60,7 +60,39 @@ ORIGINAL_DEFAULTS: dict[str, object] = {
     "group.remote.assignor": None,
     "interceptor.classes": None,
     "offsets.malformed.reset": False,
+    # Kafka connection security and what is read: the Java KafkaConsumer's keys and defaults.
+    "security.protocol": "PLAINTEXT",
+    "ssl.cafile": None,
+    "ssl.certfile": None,
+    "ssl.keyfile": None,
+    "ssl.password": None,
+    "ssl.endpoint.identification.algorithm": "https",
+    "ssl.check.hostname": None,
+    "sasl.mechanism": "GSSAPI",
+    "sasl.username": None,
+    "sasl.password": None,
+    "sasl.jaas.config": None,
+    "sasl.kerberos.service.name": "kafka",
+    "sasl.kerberos.domain.name": None,
+    "sasl.oauthbearer.token.endpoint.url": None,
+    "sasl.oauthbearer.client.id": None,
+    "sasl.oauthbearer.client.secret": None,
+    "sasl.oauthbearer.scope": None,
+    "reconnect.backoff.max.ms": 1000,
+    "isolation.level": "read_uncommitted",
+    "client.rack": None,
+    # ZooKeeper security: Kafka's own ZooKeeper client keys.
+    "zookeeper.auth": None,
+    "zookeeper.set.acl": False,
+    "zookeeper.ssl.client.enable": False,
+    "zookeeper.ssl.cafile": None,
+    "zookeeper.ssl.certfile": None,
+    "zookeeper.ssl.keyfile": None,
+    "zookeeper.ssl.password": None,
+    "zookeeper.ssl.endpoint.identification.algorithm": "https",
 }
+# Objects given from code only (no properties key).
+OBJECT_FIELDS = ("ssl.context", "sasl.oauthbearer.token.provider")
 DERIVED = (
     "zookeeper.connection.timeout.ms",
     "rebalance.backoff.ms",
@@ -92,7 +124,10 @@ def test_defaults_equal_the_original_table() -> None:
 
 def test_every_field_is_a_known_key() -> None:
     keys = {f.name.replace("_", ".") for f in dataclasses.fields(ConsumerConfig)}
-    assert keys == set(ORIGINAL_DEFAULTS) | set(DERIVED) | {"group.id", "zookeeper.connect"}
+    assert keys == set(ORIGINAL_DEFAULTS) | set(DERIVED) | set(OBJECT_FIELDS) | {
+        "group.id",
+        "zookeeper.connect",
+    }
 
 
 def test_group_id_and_zookeeper_connect_are_required_arguments() -> None:

@@ -29,6 +29,7 @@ from ..errors import (
     UnknownTopicError,
 )
 from ..records import TopicPartition
+from ..security import KafkaSecurity
 from .errors import AiokafkaError, PartitionError, classify_partition_error, error_name
 from .fetch_connection import MAX_VERSION, MIN_VERSION, FetchConnection
 
@@ -50,6 +51,9 @@ class KafkaClient:
         client_id: ``client.id`` sent with every request.
         request_timeout_ms: ``socket.timeout.ms``.
         retry_backoff_ms: ``refresh.leader.backoff.ms``.
+        security: TLS and SASL of every connection (``security.protocol``, ``ssl.*``,
+            ``sasl.*``); default plaintext. The fetch loops' own connections
+            (:class:`FetchChannel`) take the same.
     """
 
     def __init__(
@@ -59,15 +63,18 @@ class KafkaClient:
         client_id: str,
         request_timeout_ms: int = 30000,
         retry_backoff_ms: int = 200,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self._client_id = client_id
         self._request_timeout_s = request_timeout_ms / 1000
+        self.security = security or KafkaSecurity()
         self._client = AIOKafkaClient(
             bootstrap_servers=bootstrap_servers.split(","),
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
+            **aiokafka_security_kwargs(self.security),
         )
         self._started = False
 
@@ -265,6 +272,28 @@ class KafkaClient:
 
     def __repr__(self) -> str:
         return f"<KafkaClient {self.bootstrap_servers} [{'started' if self._started else 'new'}]>"
+
+
+def aiokafka_security_kwargs(security: KafkaSecurity) -> dict[str, Any]:
+    """``AIOKafkaClient``/``AIOKafkaConsumer`` keyword arguments for ``security``.
+
+    An OAUTHBEARER provider is wrapped so its token is refreshed before it expires
+    (:func:`~aiozkconsumer.kafka.oauth.refreshing`).
+    """
+    kwargs: dict[str, Any] = {"security_protocol": security.security_protocol}
+    if security.ssl_context is not None:
+        kwargs["ssl_context"] = security.ssl_context
+    if security.sasl_mechanism is not None:
+        kwargs["sasl_mechanism"] = security.sasl_mechanism
+        kwargs["sasl_plain_username"] = security.sasl_username
+        kwargs["sasl_plain_password"] = security.sasl_password
+        kwargs["sasl_kerberos_service_name"] = security.sasl_kerberos_service_name
+        kwargs["sasl_kerberos_domain_name"] = security.sasl_kerberos_domain_name
+        if security.sasl_mechanism == "OAUTHBEARER":
+            from .oauth import refreshing
+
+            kwargs["sasl_oauth_token_provider"] = refreshing(security.token_provider)
+    return kwargs
 
 
 class FetchChannel:

@@ -72,6 +72,7 @@ from ..errors import (
 )
 from ..offsets import KafkaOffsetStore
 from ..records import TopicPartition
+from ..security import KafkaSecurity
 from ..subscription import Whitelist
 from ..tools.admin import GroupActiveError, GroupAdmin
 from .executor import (
@@ -649,6 +650,7 @@ class _GroupOffsets:
                 client_id=config.effective_client_id,
                 request_timeout_ms=config.socket_timeout_ms,
                 retry_backoff_ms=config.refresh_leader_backoff_ms,
+                security=KafkaSecurity.from_config(config),
             )
         else:
             self._admin = GroupAdmin(

@@ -790,37 +790,55 @@ class BrokerInfo:
         return tuple(_parse_endpoint(entry, protocols, self.path, None) for entry in self.endpoints)
 
     def plaintext_address(self) -> tuple[str, int]:
-        """Return the host and port the old consumer connects to.
+        """Return the host and port the old consumer connects to: :meth:`address_for` PLAINTEXT.
 
         As ``ClientUtils.getPlaintextBrokerEndPoints`` (0.10.2): the first endpoint whose
-        security protocol is PLAINTEXT; the old consumer speaks neither TLS nor SASL. For a
-        version 1 registration that is ``(host, port)``; for version >= 2 the endpoints list
-        is authoritative and the legacy ``host``/``port`` fields are not used.
+        security protocol is PLAINTEXT. For a version 1 registration that is ``(host, port)``;
+        for version >= 2 the endpoints list is authoritative.
+
+        Raises:
+            MalformedZookeeperDataError: as :meth:`address_for`.
+        """
+        return self.address_for("PLAINTEXT")
+
+    def address_for(self, security_protocol: str) -> tuple[str, int]:
+        """The host and port of the first endpoint whose listener speaks ``security_protocol``.
+
+        The listener's protocol comes from ``listener_security_protocol_map`` (a listener
+        named ``EXTERNAL`` mapped to ``SASL_SSL``), as ``Broker.brokerEndPoint`` picks the
+        endpoint of a client's protocol (0.10.2 to 3.9).
+
+        Args:
+            security_protocol: ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL``
+                (``security.protocol``).
 
         Returns:
             ``(host, port)``.
 
         Raises:
-            MalformedZookeeperDataError: the broker has no PLAINTEXT endpoint (the original's
-                ``BrokerEndPointNotAvailableException``), its host is empty, or an endpoint
-                does not parse.
+            MalformedZookeeperDataError: the broker has no endpoint with that protocol (the
+                message lists the protocols it has and says to set ``security.protocol``),
+                its host is empty, or an endpoint does not parse.
         """
-        for endpoint in self.parsed_endpoints():
-            if endpoint.security_protocol != "PLAINTEXT":
+        parsed = self.parsed_endpoints()
+        for endpoint in parsed:
+            if endpoint.security_protocol != security_protocol:
                 continue
             if endpoint.host is None:
                 _fail(
                     self.path,
                     None,
-                    f"broker {self.broker_id}'s PLAINTEXT endpoint "
+                    f"broker {self.broker_id}'s {security_protocol} endpoint "
                     f"{endpoint.connection_string!r} has no host",
                 )
             return endpoint.host, endpoint.port
+        offered = sorted({str(e.security_protocol) for e in parsed})
         _fail(
             self.path,
             None,
-            f"broker {self.broker_id} has no endpoint with security protocol PLAINTEXT "
-            f"(endpoints: {list(self.endpoints)}); the old consumer supports PLAINTEXT only",
+            f"broker {self.broker_id} has no endpoint with security protocol "
+            f"{security_protocol} (endpoints: {list(self.endpoints)}); it offers "
+            f"{', '.join(offered) or 'none'}: set security.protocol to one of them",
         )
 
 
