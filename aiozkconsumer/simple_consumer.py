@@ -46,6 +46,7 @@ from .kafka.errors import (
 )
 from .metrics import ConsumerMetrics
 from .records import MessageAndMetadata, TopicPartition
+from .security import KafkaSecurity
 
 __all__ = [
     "FetchResult",
@@ -237,6 +238,8 @@ class SimpleConsumer:
             raises ``CorruptRecordError`` for one that does not match (the original's
             ``ConsumerIterator`` called ``ensureValid()`` on every message). ``False`` hands
             out whatever arrived. :meth:`fetch_raw` never checks.
+        security: TLS and SASL of every connection (``KafkaSecurity.from_config`` or
+            ``kafka_security_from_properties``); default plaintext.
 
     Raises:
         ValueError: a timeout, size or retry count is out of range.
@@ -254,6 +257,7 @@ class SimpleConsumer:
         retry_backoff_ms: int = 200,
         metrics: ConsumerMetrics | None = None,
         check_crcs: bool = True,
+        security: KafkaSecurity | None = None,
     ) -> None:
         if socket_timeout_ms <= fetch_max_wait_ms:
             raise ValueError(
@@ -273,6 +277,7 @@ class SimpleConsumer:
         self.retry_backoff_ms = retry_backoff_ms
         self.metrics = metrics
         self.check_crcs = check_crcs
+        self.security = security or KafkaSecurity()
         self._kafka: KafkaClient | None = None
         self._closed = False
 
@@ -293,6 +298,7 @@ class SimpleConsumer:
             client_id=self.client_id,
             request_timeout_ms=self.socket_timeout_ms,
             retry_backoff_ms=self.retry_backoff_ms,
+            security=self.security,
         )
         await kafka.start()
         self._kafka = kafka
