@@ -25,12 +25,13 @@ from typing import Any, Self
 from aiozkconsumer.errors import InvalidConfigError
 
 if typing.TYPE_CHECKING:
-    from aiozkconsumer.security import KafkaSecurity
+    from aiozkconsumer.security import KafkaSecurity, ZookeeperSecurity
 
 __all__ = [
     "ConsumerConfig",
     "UnknownConfigWarning",
     "kafka_security_from_properties",
+    "zookeeper_security_from_properties",
     "nearest_key",
     "validate_bootstrap_servers",
     "validate_group_id",
@@ -1007,6 +1008,32 @@ def kafka_security_from_properties(props: Mapping[str, str] | None) -> KafkaSecu
     # Only the security keys are checked: the required keys of a group are filled in.
     wanted.update({"group.id": "g", "group.coordinator": "kafka", "bootstrap.servers": "x:1"})
     return KafkaSecurity.from_config(ConsumerConfig.from_properties(wanted))
+
+
+def zookeeper_security_from_properties(props: Mapping[str, str] | None) -> ZookeeperSecurity:
+    """The ZooKeeper connection security given by dotted keys (a ``--zk-tls-config-file``).
+
+    Reads ``zookeeper.auth``, ``zookeeper.set.acl`` and ``zookeeper.ssl.*`` (the names Kafka's
+    own ZooKeeper client uses where they fit) with the rules of :class:`ConsumerConfig`; other
+    keys are ignored here.
+
+    Args:
+        props: dotted keys to string values; ``None`` or empty means none.
+
+    Returns:
+        The security of ZooKeeper connections.
+
+    Raises:
+        InvalidConfigError: a key is wrong, as :class:`ConsumerConfig` would say.
+    """
+    from aiozkconsumer.security import ZookeeperSecurity
+
+    wanted = {k: v for k, v in (props or {}).items() if k.startswith("zookeeper.")}
+    wanted = {k: v for k, v in wanted.items() if k.split(".")[1] in ("auth", "set", "ssl")}
+    if not wanted:
+        return ZookeeperSecurity()
+    wanted.update({"group.id": "g", "zookeeper.connect": "x:1"})
+    return ZookeeperSecurity.from_config(ConsumerConfig.from_properties(wanted))
 
 
 def _pem_store(key: str, path: str, store_type: object) -> str:

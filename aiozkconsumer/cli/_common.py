@@ -6,7 +6,7 @@ import asyncio
 import enum
 import json
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -22,6 +22,9 @@ from ..errors import (
 )
 from ..tools import OffsetsFileError, UnknownGroupError
 
+if TYPE_CHECKING:
+    from ..security import KafkaSecurity, ZookeeperSecurity
+
 __all__ = [
     "BOOTSTRAP_SERVERS",
     "GROUP_ID",
@@ -29,6 +32,7 @@ __all__ = [
     "CliError",
     "ExitCode",
     "cluster_options",
+    "connection_security",
     "echo_json",
     "exit_code_for",
     "output_option",
@@ -110,8 +114,83 @@ def output_option(f: _F) -> _F:
     )(f)
 
 
+_KAFKA_SECURITY = "aiozkconsumer.kafka_security"
+_ZK_SECURITY = "aiozkconsumer.zookeeper_security"
+
+
+def _read_properties_file(param: click.Parameter, path: str) -> dict[str, str]:
+    from ..tools.console import parse_properties
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_properties(f.read())
+    except (OSError, UnicodeDecodeError) as e:
+        raise click.BadParameter(f"cannot read {path}: {e}", param=param) from None
+
+
+def _command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    from ..config import kafka_security_from_properties, zookeeper_security_from_properties
+
+    props = _read_properties_file(param, value)
+    try:
+        ctx.meta[_KAFKA_SECURITY] = kafka_security_from_properties(props)
+        if any(k.startswith("zookeeper.") for k in props):
+            ctx.meta[_ZK_SECURITY] = zookeeper_security_from_properties(props)
+    except InvalidConfigError as e:
+        raise click.BadParameter(f"{value}: {e}", param=param) from None
+
+
+def _zk_tls_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    from ..config import zookeeper_security_from_properties
+
+    props = _read_properties_file(param, value)
+    try:
+        ctx.meta[_ZK_SECURITY] = zookeeper_security_from_properties(props)
+    except InvalidConfigError as e:
+        raise click.BadParameter(f"{value}: {e}", param=param) from None
+
+
+def connection_security() -> tuple[KafkaSecurity, ZookeeperSecurity]:
+    """The Kafka and ZooKeeper security the command line was given (plaintext by default).
+
+    From ``--command-config`` (``security.protocol``, ``ssl.*``, ``sasl.*``, and any
+    ``zookeeper.*`` security keys) and ``--zk-tls-config-file`` (``zookeeper.ssl.*``,
+    ``zookeeper.auth``, ``zookeeper.set.acl``), parsed when the options were read.
+    """
+    from ..security import KafkaSecurity, ZookeeperSecurity
+
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    return meta.get(_KAFKA_SECURITY, KafkaSecurity()), meta.get(_ZK_SECURITY, ZookeeperSecurity())
+
+
 def cluster_options(f: _F) -> _F:
-    """``--zookeeper``, ``--bootstrap-server`` and ``--connect-timeout-ms``."""
+    """``--zookeeper``, ``--bootstrap-server``, ``--connect-timeout-ms``, ``--command-config``
+    and ``--zk-tls-config-file`` (the last two read by :func:`connection_security`)."""
+    f = click.option(
+        "--zk-tls-config-file",
+        type=click.Path(exists=True, dir_okay=False),
+        callback=_zk_tls_config,
+        expose_value=False,
+        is_eager=True,
+        help="A properties file of ZooKeeper security keys (zookeeper.ssl.client.enable, "
+        "zookeeper.ssl.cafile/certfile/keyfile, zookeeper.auth, zookeeper.set.acl), as "
+        "Kafka's tools take it.",
+    )(f)
+    f = click.option(
+        "--command-config",
+        type=click.Path(exists=True, dir_okay=False),
+        callback=_command_config,
+        expose_value=False,
+        is_eager=True,
+        help="A Java-client properties file with the Kafka connection's security "
+        "(security.protocol, ssl.*, sasl.*, sasl.jaas.config), as kafka-consumer-groups "
+        "takes it.",
+    )(f)
     f = click.option(
         "--connect-timeout-ms",
         type=click.IntRange(min=1),

@@ -31,6 +31,7 @@ from ._common import (
     NAME,
     ExitCode,
     cluster_options,
+    connection_security,
     echo_json,
     exit_code_for,
     output_option,
@@ -258,7 +259,7 @@ def list_groups(
         bootstrap = _kafka_bootstrap(ctx, bootstrap_server)
 
         async def from_kafka() -> list[KafkaGroupListing]:
-            async with KafkaGroupAdmin(bootstrap) as admin:
+            async with KafkaGroupAdmin(bootstrap, security=connection_security()[0]) as admin:
                 return await admin.list_groups()
 
         listings = run_async(from_kafka)
@@ -437,7 +438,7 @@ def _describe_kafka(
     bootstrap = _kafka_bootstrap(ctx, bootstrap_server)
 
     async def go() -> KafkaGroupDescription:
-        async with KafkaGroupAdmin(bootstrap) as admin:
+        async with KafkaGroupAdmin(bootstrap, security=connection_security()[0]) as admin:
             return await admin.describe_group(group, topics=topics or None)
 
     description = run_async(go)

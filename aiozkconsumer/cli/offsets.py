@@ -52,6 +52,7 @@ from ._common import (
     CliError,
     ExitCode,
     cluster_options,
+    connection_security,
     echo_json,
     output_option,
     run_async,
@@ -692,7 +693,7 @@ def migrate(
             bootstrap = bootstrap_server
             if not bootstrap:  # the brokers ZooKeeper knows, as the other offset tools
                 bootstrap = ",".join(a for _, a in (await admin.kafka()).brokers())
-            async with KafkaGroupAdmin(bootstrap) as groups:
+            async with KafkaGroupAdmin(bootstrap, security=connection_security()[0]) as groups:
                 return await migrate_offsets(admin, groups, group, to=target, execute=not dry_run)
 
     plan = run_async(go)

@@ -32,10 +32,11 @@ from ..errors import (
     GroupCoordinatorError,
     KafkaConnectionError,
 )
-from ..kafka.client import KafkaClient
+from ..kafka.client import KafkaClient, aiokafka_security_kwargs
 from ..kafka.errors import AiokafkaError, IncompatibleBrokerVersion, error_name, is_retriable
 from ..kafka.group import PROTOCOL_TYPE, decode_assignment
 from ..records import TopicPartition
+from ..security import KafkaSecurity
 from .admin import UnknownGroupError
 
 __all__ = [
@@ -263,6 +264,8 @@ class KafkaGroupAdmin:
         client_id: ``client.id`` of the requests.
         request_timeout_ms: ``request.timeout.ms`` of each request, and how long a request is
             retried.
+        security: TLS and SASL of the connections (a ``--command-config`` file's
+            ``security.protocol``, ``ssl.*``, ``sasl.*``); default plaintext.
     """
 
     def __init__(
@@ -271,10 +274,12 @@ class KafkaGroupAdmin:
         *,
         client_id: str = "aiozkconsumer-tools",
         request_timeout_ms: int = 30000,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
+        self.security = security or KafkaSecurity()
         self._admin: AIOKafkaAdminClient | None = None
         self._kafka: KafkaClient | None = None
 
@@ -288,6 +293,7 @@ class KafkaGroupAdmin:
             bootstrap_servers=self.bootstrap_servers.split(","),
             client_id=self.client_id,
             request_timeout_ms=self.request_timeout_ms,
+            **aiokafka_security_kwargs(self.security),
         )
         self._admin = admin
         try:
@@ -304,6 +310,7 @@ class KafkaGroupAdmin:
             self.bootstrap_servers,
             client_id=self.client_id,
             request_timeout_ms=self.request_timeout_ms,
+            security=self.security,
         )
         self._kafka = kafka
         try:
