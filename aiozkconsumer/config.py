@@ -271,6 +271,80 @@ class ConsumerConfig:
             ``largest`` its backlog is skipped), and the next commit overwrites the node;
             with ``dual.commit.enabled`` its Kafka offset is not read either. The original's
             rebalance failed on such a node (``NumberFormatException``).
+        security_protocol: ``security.protocol``, the Java client's, default ``"PLAINTEXT"``;
+            ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL`` (any letter case). Every
+            Kafka connection (metadata, fetch, offsets, group coordination, the tools, Spark)
+            uses it; with brokers found in ZooKeeper, the endpoint of the listener with this
+            protocol is used (``listener_security_protocol_map``). See docs/security.md.
+        ssl_cafile: ``ssl.cafile``, default ``None`` (the system's CAs): PEM file of the CAs to
+            trust. ``ssl.truststore.location`` with ``ssl.truststore.type=PEM`` (the Java
+            client's PEM spelling) is read as this key; JKS and PKCS12 stores are refused with
+            how to convert them. Only with SSL or SASL_SSL; the file must exist.
+        ssl_certfile: ``ssl.certfile``, default ``None``: PEM client certificate (chain) for
+            mutual TLS, with its key unless ``ssl.keyfile`` is set; ``ssl.keystore.location``
+            with ``ssl.keystore.type=PEM`` is read as this key.
+        ssl_keyfile: ``ssl.keyfile``, default ``None``: PEM private key of ``ssl.certfile``.
+        ssl_password: ``ssl.password`` (also ``ssl.key.password``), default ``None``: the
+            private key's password. A secret: never shown in ``repr``, errors or logs.
+        ssl_endpoint_identification_algorithm: ``ssl.endpoint.identification.algorithm``,
+            default ``"https"``: the broker's certificate must name the host connected to;
+            ``""`` turns the host name check off (the certificate is still verified).
+        ssl_check_hostname: ``ssl.check.hostname``, default ``None`` (follows
+            ``ssl.endpoint.identification.algorithm``); a boolean overrides it.
+        ssl_context: an ``ssl.SSLContext`` given from code instead of the files (no properties
+            key); only with SSL or SASL_SSL.
+        sasl_mechanism: ``sasl.mechanism``, default ``"GSSAPI"`` (the Java client's);
+            ``PLAIN``, ``SCRAM-SHA-256``, ``SCRAM-SHA-512``, ``OAUTHBEARER`` or ``GSSAPI``. Only
+            with SASL_PLAINTEXT or SASL_SSL (another value with a protocol without SASL is an
+            error).
+        sasl_username: ``sasl.username``, default ``None``: PLAIN and SCRAM user; read from
+            ``sasl.jaas.config`` when that is given.
+        sasl_password: ``sasl.password``, default ``None``: PLAIN and SCRAM password; a secret.
+        sasl_jaas_config: ``sasl.jaas.config``, default ``None``: the Java client's JAAS entry
+            (``PlainLoginModule``/``ScramLoginModule`` with ``username``/``password``,
+            ``OAuthBearerLoginModule`` with ``clientId``/``clientSecret``/``scope``,
+            ``Krb5LoginModule``), so a Java client's properties file works as it is; a login
+            module that does not go with ``sasl.mechanism`` is an error. A secret.
+        sasl_kerberos_service_name: ``sasl.kerberos.service.name``, default ``"kafka"``: the
+            brokers' Kerberos service (GSSAPI; needs the ``gssapi`` package and a ticket).
+        sasl_kerberos_domain_name: ``sasl.kerberos.domain.name``, default ``None`` (each
+            broker's host name): the host part of the brokers' principal.
+        sasl_oauthbearer_token_provider: an object with ``async token() -> str`` given from
+            code (no properties key), for OAUTHBEARER: its tokens are reused until 80% of their
+            lifetime (from the JWT's ``exp``/``iat``), with jitter, and a failing provider is
+            retried with backoff.
+        sasl_oauthbearer_token_endpoint_url: ``sasl.oauthbearer.token.endpoint.url``, default
+            ``None``: the OIDC token endpoint of the client-credentials flow (OAUTHBEARER).
+        sasl_oauthbearer_client_id: ``sasl.oauthbearer.client.id`` (also KIP-1139's
+            ``sasl.oauthbearer.client.credentials.client.id``), default ``None``.
+        sasl_oauthbearer_client_secret: ``sasl.oauthbearer.client.secret`` (also
+            ``sasl.oauthbearer.client.credentials.client.secret``), default ``None``; a secret.
+        sasl_oauthbearer_scope: ``sasl.oauthbearer.scope``, default ``None``.
+        reconnect_backoff_max_ms: ``reconnect.backoff.max.ms``, the Java client's, ms, default
+            1000, > 0: the longest pause before connecting again after a failed connection or
+            authentication.
+        isolation_level: ``isolation.level``, the Java client's, default
+            ``"read_uncommitted"``; ``"read_committed"`` reads up to the last stable offset and
+            leaves out the records of aborted transactions (docs/configuration.md).
+        client_rack: ``client.rack``, the Java client's, default ``None``: the rack this
+            consumer runs in.
+        zookeeper_auth: ``zookeeper.auth``, new, default ``None``: ``scheme:credentials``
+            sent to ZooKeeper after every connect (``digest:user:password``, as kazoo's
+            ``auth_data``). A secret.
+        zookeeper_set_acl: ``zookeeper.set.acl`` (the broker's key), default ``False``: every
+            node the consumer creates gets creator-all + world-read ACLs, as Kafka's brokers
+            give theirs, so the original's tools can still read them.
+        zookeeper_ssl_client_enable: ``zookeeper.ssl.client.enable`` (Kafka's ZooKeeper
+            client key), default ``False``: TLS to ZooKeeper's ``secureClientPort``.
+        zookeeper_ssl_cafile: ``zookeeper.ssl.cafile``, default ``None`` (the system's CAs);
+            ``zookeeper.ssl.truststore.location`` with type PEM is read as this key.
+        zookeeper_ssl_certfile: ``zookeeper.ssl.certfile``, default ``None``: client
+            certificate for ZooKeeper's x509 authentication.
+        zookeeper_ssl_keyfile: ``zookeeper.ssl.keyfile``, default ``None``.
+        zookeeper_ssl_password: ``zookeeper.ssl.password``, default ``None``; a secret.
+        zookeeper_ssl_endpoint_identification_algorithm: the host name check of ZooKeeper's
+            certificate (``zookeeper.ssl.endpoint.identification.algorithm``), default
+            ``"https"``; ``""`` turns it off.
 
     Raises:
         InvalidConfigError: at construction, when a value has the wrong type (``bool`` where
