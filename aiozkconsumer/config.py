@@ -680,6 +680,16 @@ class ConsumerConfig:
                     "zookeeper.auth",
                     "digest credentials must be user:password (value hidden)",
                 )
+        if (
+            self.zookeeper_set_acl
+            and self.zookeeper_auth is None
+            and self.zookeeper_ssl_certfile is None
+        ):
+            raise InvalidConfigError(
+                "zookeeper.set.acl",
+                "needs an identity for the creator's ACL: set zookeeper.auth "
+                "(digest:user:password) or a client certificate (zookeeper.ssl.certfile)",
+            )
         algorithm = self.zookeeper_ssl_endpoint_identification_algorithm.lower()
         object.__setattr__(self, "zookeeper_ssl_endpoint_identification_algorithm", algorithm)
         _check_choice(

@@ -43,7 +43,7 @@ from .lease import SessionLease
 from .membership import Membership
 from .offsets import make_offset_store
 from .rebalance import Rebalancer
-from .security import KafkaSecurity
+from .security import KafkaSecurity, ZookeeperSecurity
 from .watches import GroupWatches
 from .zk.client import ZkClient
 
@@ -87,11 +87,17 @@ class ZookeeperConsumerConnector(ConsumerConnector):
             with ``commit_offsets(offsets)``. Its streams stay empty.
         interceptors: consumer interceptors besides those ``interceptor.classes`` names.
 
+    The ZooKeeper session is secured as ``zookeeper.auth``, ``zookeeper.set.acl`` and
+    ``zookeeper.ssl.*`` say (:class:`~aiozkconsumer.security.ZookeeperSecurity`).
+
     Raises:
-        InvalidConfigError: ``zookeeper.connect`` is not set, or ``interceptor.classes``
-            names a class that cannot be loaded.
+        InvalidConfigError: ``zookeeper.connect`` is not set, ``interceptor.classes``
+            names a class that cannot be loaded, or a ``zookeeper.ssl.*`` file does not load.
         ZookeeperConnectionError: (on entering) ZooKeeper did not answer within
-            ``zookeeper.connection.timeout.ms``.
+            ``zookeeper.connection.timeout.ms``, or (TLS) no server's certificate verifies.
+        ZookeeperAuthError: (on entering) ZooKeeper refused the credentials of
+            ``zookeeper.auth``; (later) a node's ACL does not allow this member what it asks
+            (its registration, an owner node, an offset): ``path`` names the node.
     """
 
     def __init__(
@@ -105,6 +111,7 @@ class ZookeeperConsumerConnector(ConsumerConnector):
             config.require_zookeeper_connect(),
             session_timeout_ms=config.zookeeper_session_timeout_ms,
             connection_timeout_ms=config.effective_zookeeper_connection_timeout_ms,
+            security=ZookeeperSecurity.from_config(config),
         )
         cluster = ClusterView(
             self.zk,

@@ -24,6 +24,7 @@ from ..tools import OffsetsFileError, UnknownGroupError
 
 if TYPE_CHECKING:
     from ..security import KafkaSecurity, ZookeeperSecurity
+    from ..tools import GroupAdmin
 
 __all__ = [
     "BOOTSTRAP_SERVERS",
@@ -33,6 +34,7 @@ __all__ = [
     "ExitCode",
     "cluster_options",
     "connection_security",
+    "group_admin",
     "echo_json",
     "exit_code_for",
     "output_option",
@@ -166,6 +168,23 @@ def connection_security() -> tuple[KafkaSecurity, ZookeeperSecurity]:
     ctx = click.get_current_context(silent=True)
     meta = ctx.meta if ctx is not None else {}
     return meta.get(_KAFKA_SECURITY, KafkaSecurity()), meta.get(_ZK_SECURITY, ZookeeperSecurity())
+
+
+def group_admin(
+    zookeeper: str, bootstrap_server: str | None, connect_timeout_ms: int
+) -> GroupAdmin:
+    """The group tools over ``--zookeeper``/``--bootstrap-server``, secured as the command
+    line says (:func:`connection_security`)."""
+    from ..tools import GroupAdmin
+
+    kafka_security, zookeeper_security = connection_security()
+    return GroupAdmin(
+        zookeeper,
+        bootstrap_servers=bootstrap_server,
+        connection_timeout_ms=connect_timeout_ms,
+        zookeeper_security=zookeeper_security,
+        security=kafka_security,
+    )
 
 
 def cluster_options(f: _F) -> _F:

@@ -34,6 +34,7 @@ from ._common import (
     connection_security,
     echo_json,
     exit_code_for,
+    group_admin,
     output_option,
     run_async,
 )
@@ -73,9 +74,7 @@ def format_table(
 
 
 def _admin(zookeeper: str, bootstrap_server: str | None, connect_timeout_ms: int) -> GroupAdmin:
-    return GroupAdmin(
-        zookeeper, bootstrap_servers=bootstrap_server, connection_timeout_ms=connect_timeout_ms
-    )
+    return group_admin(zookeeper, bootstrap_server, connect_timeout_ms)
 
 
 def print_description(description: GroupDescription) -> None:

@@ -54,6 +54,7 @@ from ._common import (
     cluster_options,
     connection_security,
     echo_json,
+    group_admin,
     output_option,
     run_async,
 )
@@ -63,9 +64,7 @@ __all__ = ["offsets"]
 
 
 def _admin(zookeeper: str, bootstrap_server: str | None, connect_timeout_ms: int) -> GroupAdmin:
-    return GroupAdmin(
-        zookeeper, bootstrap_servers=bootstrap_server, connection_timeout_ms=connect_timeout_ms
-    )
+    return group_admin(zookeeper, bootstrap_server, connect_timeout_ms)
 
 
 def _read_text(path: Path) -> str:

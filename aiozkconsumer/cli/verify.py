@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import click
 
-from ..tools import GroupAdmin, RebalanceVerification
-from ._common import NAME, ExitCode, cluster_options, echo_json, output_option, run_async
+from ..tools import RebalanceVerification
+from ._common import (
+    NAME,
+    ExitCode,
+    cluster_options,
+    echo_json,
+    group_admin,
+    output_option,
+    run_async,
+)
 
 __all__ = ["verify_rebalance"]
 
@@ -32,9 +40,7 @@ def verify_rebalance(
     """
 
     async def go() -> RebalanceVerification:
-        async with GroupAdmin(
-            zookeeper, bootstrap_servers=bootstrap_server, connection_timeout_ms=connect_timeout_ms
-        ) as admin:
+        async with group_admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
             return await admin.verify_rebalance(group)
 
     result = run_async(go)

@@ -47,6 +47,7 @@ from ..errors import (
 from ..kafka.client import EARLIEST, LATEST, KafkaClient
 from ..offsets import NO_OFFSET, KafkaOffsetStore, dual_fetch_result
 from ..records import TopicPartition
+from ..security import KafkaSecurity, ZookeeperSecurity
 from ..subscription import TopicCount, construct_topic_count
 from ..zk import layout
 from ..zk.client import ZkClient
@@ -601,6 +602,14 @@ class GroupAdmin:
             request while the connection is down.
         request_timeout_ms: ``socket.timeout.ms`` of Kafka requests.
         client_id: ``client.id`` of Kafka requests.
+        zookeeper_security: TLS, credentials and the ACL of the nodes the tools create
+            (offsets written by ``offsets import``/``reset``), as
+            :func:`~aiozkconsumer.config.zookeeper_security_from_properties` reads them from
+            ``--zk-tls-config-file`` / ``--command-config``, or
+            :meth:`ZookeeperSecurity.from_config
+            <aiozkconsumer.security.ZookeeperSecurity.from_config>`; default none.
+        security: TLS and SASL of the Kafka connections (``--command-config``); default
+            plaintext.
 
     Attributes:
         zk: the ZooKeeper session.
@@ -616,6 +625,8 @@ class GroupAdmin:
         session_timeout_ms: int = 10000,
         request_timeout_ms: int = 30000,
         client_id: str = "aiozkconsumer-tools",
+        zookeeper_security: ZookeeperSecurity | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.zookeeper_connect = zookeeper_connect
         self.bootstrap_servers = bootstrap_servers or None
@@ -625,12 +636,14 @@ class GroupAdmin:
             zookeeper_connect,
             session_timeout_ms=session_timeout_ms,
             connection_timeout_ms=connection_timeout_ms,
+            security=zookeeper_security,
         )
         self.cluster = ClusterView(
             self.zk,
             bootstrap_servers=self.bootstrap_servers,
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
+            security=security,
         )
         self._metadata_checked = False
 
@@ -639,7 +652,8 @@ class GroupAdmin:
 
         Raises:
             ZookeeperConnectionError: ZooKeeper did not answer within
-                ``connection_timeout_ms``.
+                ``connection_timeout_ms``, or (TLS) no server's certificate verifies.
+            ZookeeperAuthError: ZooKeeper refused the credentials of ``zookeeper_security``.
         """
         await self.zk.start()
 

@@ -7,11 +7,20 @@ by ``zookeeper.connection.timeout.ms``, implements the original's ephemeral-node
 nodes) and turns watches and session state into awaitable events owned by the caller's tasks
 (no fire-and-forget callbacks).
 
-It also reconnects promptly, which aiozk 0.32 cannot be configured to do (see
-:class:`_PromptSession`): a ZooKeeper server that restarts restores its sessions with a fresh
-timeout, so a client that is back within that timeout keeps its session and ephemeral nodes.
-And it never sends a request under a session other than the one it was made for (aiozk sends
-a pending request again on whatever session it reconnects with): see :meth:`ZkClient.bound_to`.
+It also reconnects promptly, which aiozk 0.32 cannot be configured to do: a ZooKeeper server
+that restarts restores its sessions with a fresh timeout, so a client that is back within
+that timeout keeps its session and ephemeral nodes. And it never sends a request under a
+session other than the one it was made for (aiozk sends a pending request again on whatever
+session it reconnects with): see :meth:`ZkClient.bound_to`.
+
+And it is secured as :class:`~aiozkconsumer.security.ZookeeperSecurity` says (from
+``zookeeper.auth``, ``zookeeper.set.acl`` and ``zookeeper.ssl.*``), none of which aiozk 0.32
+has: the credentials are sent (AddAuth) on every new connection before any other request, as
+kazoo's ``auth_data``; the connection speaks TLS to a ``secureClientPort``; and with
+``set_acl`` every node created gets Kafka's ACL (creator-all + world-read, :func:`acl_for`).
+
+The patched aiozk session and connection that do the connection work are in
+:mod:`aiozkconsumer.zk.session`.
 """
 
 from __future__ import annotations
@@ -20,19 +29,17 @@ import asyncio
 import contextlib
 import logging
 import posixpath
-import random
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import aiozk
 import anyio
 from aiozk import exc as zk_exc
-from aiozk.connection import Connection as _AiozkConnection
-from aiozk.session import Session as _AiozkSession
+from aiozk import protocol as zk_protocol
 from aiozk.states import States
 
 from ..errors import (
+    ZookeeperAuthError,
     ZookeeperBadVersionError,
     ZookeeperConnectionError,
     ZookeeperError,
@@ -40,12 +47,25 @@ from ..errors import (
     ZookeeperNoNodeError,
     ZookeeperSessionExpiredError,
 )
+from ..security import ZookeeperSecurity
+from . import layout
+from .session import (
+    _BOUND_SESSION,
+    RECONNECT_BACKOFF_CAP_FRACTION,
+    RECONNECT_BACKOFF_START_S,
+    _PromptSession,
+    describe_connect_error,
+    reconnect_backoff_s,
+)
 
 __all__ = [
+    "CREATOR_ALL_READ_ACL",
+    "OPEN_ACL",
     "RECONNECT_BACKOFF_CAP_FRACTION",
     "RECONNECT_BACKOFF_START_S",
     "SessionState",
     "ZkClient",
+    "acl_for",
     "close_raw",
     "force_close",
     "parse_connect_string",
@@ -68,252 +88,67 @@ def parse_connect_string(connect: str) -> tuple[str, str | None]:
     return servers, root
 
 
-RECONNECT_BACKOFF_START_S = 0.1
-"""The pause after the first round of reconnect attempts that reached no server, seconds
-(before jitter, which takes it down to 50–100 ms)."""
+OPEN_ACL: list[Any] = [zk_protocol.UNRESTRICTED_ACCESS]
+"""``world:anyone`` with every permission: ZooKeeper's ``OPEN_ACL_UNSAFE``, aiozk's default."""
 
-RECONNECT_BACKOFF_CAP_FRACTION = 0.1
-"""The longest pause between rounds of reconnect attempts, as a share of the session
-timeout: a server that is back is found within a tenth of the session timeout."""
+CREATOR_ALL_READ_ACL: list[Any] = [zk_protocol.AUTHED_UNRESTRICTED, zk_protocol.WORLD_READABLE]
+"""Every permission for the identities of the session that created the node (``auth``
+scheme), read for anyone: ``ZooDefs.Ids.CREATOR_ALL_ACL ++ READ_ACL_UNSAFE``, what Kafka's
+brokers give their nodes with ``zookeeper.set.acl=true``."""
 
 
-def reconnect_backoff_s(attempt: int, session_timeout_s: float, jitter: float = 1.0) -> float:
-    """The pause before the next round of reconnect attempts, seconds.
+def acl_for(path: str, set_acl: bool) -> list[Any] | None:
+    """The ACL a node this client creates gets.
 
-    Doubles from :data:`RECONNECT_BACKOFF_START_S` with each round that reached no server,
-    up to :data:`RECONNECT_BACKOFF_CAP_FRACTION` of the session timeout (never below the
-    start), then scaled by ``jitter`` so that the members of a group do not all knock at
-    once on a server that has just come back. aiozk's own back-off (``Session.find_server``,
-    0.32) waits 4, 8, 16 ... 60 s: a ZooKeeper restart of a few seconds outlived the session.
+    As Kafka's ``ZkData.defaultAcls`` (3.x; ``ZkUtils.defaultAcls`` before): with
+    ``zookeeper.set.acl`` every node gets :data:`CREATOR_ALL_READ_ACL`, except
+    ``/consumers`` itself, which stays open (:data:`OPEN_ACL`) because the members of every
+    group create their group's node under it. Without it, aiozk's default (open) applies.
 
     Args:
-        attempt: rounds of attempts that failed so far, minus one (0 after the first).
-        session_timeout_s: the (negotiated) session timeout, seconds.
-        jitter: a factor in ``[0, 1]``; callers draw it from ``[0.5, 1]``.
+        path: the node's path under the chroot.
+        set_acl: ``zookeeper.set.acl``.
 
     Returns:
-        ``min(start x 2**attempt, max(start, cap x session timeout)) x jitter``.
-
-    Raises:
-        ValueError: ``attempt`` < 0, ``session_timeout_s`` <= 0 or ``jitter`` outside
-            ``[0, 1]``.
+        aiozk ``ACL`` objects, or ``None`` for aiozk's default.
     """
-    if attempt < 0:
-        raise ValueError(f"attempt must be >= 0, not {attempt}")
-    if not session_timeout_s > 0:
-        raise ValueError(f"session_timeout_s must be > 0, not {session_timeout_s}")
-    if not 0.0 <= jitter <= 1.0:
-        raise ValueError(f"jitter must be within [0, 1], not {jitter}")
-    cap = max(RECONNECT_BACKOFF_START_S, RECONNECT_BACKOFF_CAP_FRACTION * session_timeout_s)
-    return min(RECONNECT_BACKOFF_START_S * 2.0 ** min(attempt, 32), cap) * jitter
+    if not set_acl:
+        return None
+    if posixpath.normpath(path) == layout.CONSUMERS_PATH:
+        return OPEN_ACL
+    return CREATOR_ALL_READ_ACL
 
 
-_BOUND_SESSION: ContextVar[int | None] = ContextVar("aiozkconsumer_zk_bound_session", default=None)
-"""The session the requests of the current task are bound to (:meth:`ZkClient.bound_to`)."""
-
-
-class _NotifyingConnection(_AiozkConnection):  # type: ignore[misc]  # aiozk is untyped
-    """An aiozk connection that reports the end of its read loop.
-
-    aiozk's ``Connection.read_loop`` returns quietly when the server closes the connection
-    (a ZooKeeper restart), leaving the session ``CONNECTED`` and its pending requests
-    unanswered until the next heartbeat times out, up to a session timeout later.
-    """
-
-    def __init__(self, *args: Any, on_dropped: Callable[[Any], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._on_dropped = on_dropped
-
-    def start_read_loop(self) -> None:
-        super().start_read_loop()
-        self.read_loop_task.add_done_callback(self._read_loop_done)
-
-    def _read_loop_done(self, _task: asyncio.Task[None]) -> None:
-        if not self.closing:  # not a close of ours: the server or the network dropped it
-            self._on_dropped(self)
-
-
-class _PromptSession(_AiozkSession):  # type: ignore[misc]  # aiozk is untyped
-    """aiozk's session, reconnecting promptly after a dropped connection.
-
-    Four changes to aiozk 0.32's ``Session``, none of which its public API can configure
-    (``ZKClient(retry_policy=...)`` only governs requests). Each is a small, self-contained
-    patch that could go upstream as it is:
-
-    - ``find_server`` retries the servers with :func:`reconnect_backoff_s` (50–100 ms,
-      doubling, capped at a tenth of the session timeout) instead of its hard-coded
-      ``RetryPolicy.exponential_backoff(maximum=MAX_FIND_WAIT)`` (4, 8, 16 ... 60 s), and
-      bounds each connection attempt (connect, ``srvr`` handshake) by a third of the session
-      timeout, split among the servers as the Java client does, where aiozk waits for the
-      handshake's answer for ever (a black-holed server);
-    - a connection whose read loop ends (the server closed it) suspends the session at once
-      and fails its pending requests with ``ConnectError`` (``Session.send`` sends them again
-      once reconnected), instead of waiting for a heartbeat to time out;
-    - ``set_existing_watches`` after a reconnect is bounded by a third of the session
-      timeout: in aiozk a connection lost during it leaves the repair loop waiting for a
-      connected state that only the repair loop itself can bring;
-    - ``send`` sends a request again after a reconnect only on the session it was issued
-      on. aiozk's ``send`` waits for *a* connected session and sends the request again
-      there, a new one too if the old one expired meanwhile: a fenced offset commit, an
-      owner node's create or a fencing bump issued for the old session's ownership then
-      landed under the new session, after the server had deleted the old session's owner
-      nodes and another member may have claimed the partitions (and read their offsets).
-      Here such a request fails with ``SessionLost`` instead, as every pending request of
-      an expired session does in the Java client.
-    """
-
-    # Attributes of aiozk's Session this class uses (set in its __init__ / repair loop).
-    conn: Any
-    hosts: list[tuple[str, Any]]
-    timeout: float
-    closing: bool
-    state: Any
-    session_id: int | None
-    xid: int
-    last_zxid: Any
-    retry_policy: Any
-
-    _known_session_id: int | None = None
-    """The last session id the server granted (it stays while ``session_id`` is reset to
-    ``None`` after an expiry, until a new session is granted)."""
-
-    async def establish_session(self) -> None:
-        await super().establish_session()
-        self._known_session_id = self.session_id
-
-    async def send(self, request: Any) -> Any:
-        """As aiozk's ``Session.send``, bound to one session.
-
-        The session is the one the caller bound its requests to (:meth:`ZkClient.bound_to`),
-        else the one current when this is called.
-
-        Raises:
-            aiozk.exc.SessionLost: the session is not (or no longer) that one: it was
-                replaced (the old one expired) before the request could be sent, or while its
-                answer was awaited on a connection that dropped.
-        """
-        bound = _BOUND_SESSION.get()
-        pinned = bound if bound is not None else self._known_session_id
-        while True:
-            await self.retry_policy.enforce(request)
-            await self.ensure_safe_state(writing=request.writes_data)
-            if pinned is not None and self.session_id != pinned:
-                self.retry_policy.clear(request)
-                raise zk_exc.SessionLost()
-            try:
-                self.xid = 1 if self.xid >= 0x7FFFFFFF else self.xid + 1
-                zxid, response = await self.conn.send(request, xid=self.xid)
-            except (zk_exc.NodeExists, zk_exc.NoNode, zk_exc.NotEmpty, zk_exc.BadVersion):
-                self.retry_policy.clear(request)
-                raise
-            except asyncio.CancelledError:
-                self.retry_policy.clear(request)
-                raise
-            except zk_exc.ConnectError:
-                if self.state != States.SUSPENDED:
-                    self.state.transition_to(States.SUSPENDED)
-                continue
-            except Exception:
-                self.retry_policy.clear(request)
-                raise
-            self.last_zxid = zxid
-            self.set_heartbeat()
-            self.retry_policy.clear(request)
-            if response:
-                return response
-
-    async def find_server(self, allow_read_only: bool) -> None:
-        attempt = 0
-        conn: Any = None
-        while conn is None:
-            for host, port in random.sample(self.hosts, len(self.hosts)):
-                conn = await self._try_server(host, port, allow_read_only)
-                if conn is not None:
-                    break
-            else:
-                pause = reconnect_backoff_s(attempt, self.timeout, random.uniform(0.5, 1.0))
-                log.log(
-                    logging.INFO if attempt == 0 else logging.DEBUG,
-                    "no ZooKeeper server of %s answered; trying again in %.0f ms",
-                    ",".join(f"{h}:{p}" for h, p in self.hosts),
-                    pause * 1000,
-                )
-                attempt += 1
-                await asyncio.sleep(pause)
-        old_conn: Any = self.conn
-        self.conn = conn
-        if old_conn is not None:  # as aiozk: closed in the background (its close may wait)
-            closing = asyncio.create_task(old_conn.close(self.timeout), name="aiozk-close-old")
-            _closing_connections.add(closing)
-            closing.add_done_callback(_closing_connections.discard)
-
-    async def _try_server(self, host: str, port: Any, allow_read_only: bool) -> Any:
-        """One connection attempt, bounded; the connection, or ``None``."""
-        limit = self.timeout / max(3, len(self.hosts))
-        log.debug("connecting to ZooKeeper at %s:%s", host, port)
-        try:
-            conn = await asyncio.wait_for(self.make_connection(host, port), limit)
-        except TimeoutError:
-            log.info("ZooKeeper at %s:%s did not answer within %.1f s", host, port, limit)
-            return None
-        if conn is not None and conn.start_read_only and not allow_read_only:
-            _abandon(conn)
-            return None
-        return conn
-
-    async def make_connection(self, host: str, port: Any) -> Any:
-        conn = _NotifyingConnection(
-            host,
-            port,
-            watch_handler=self.event_dispatch,
-            read_timeout=self.read_timeout,
-            on_dropped=self._connection_dropped,
-        )
-        try:
-            await conn.connect()
-        except Exception as e:  # refused, reset, not serving: the next server or round
-            log.debug("could not connect to ZooKeeper at %s:%s: %r", host, port, e)
-            _abandon(conn)
-            return None
-        return conn
-
-    def _connection_dropped(self, conn: Any) -> None:
-        if self.closing or conn is not self.conn:
-            return
-        log.warning("connection to ZooKeeper at %s:%s dropped", conn.host, conn.port)
-        conn.abort(zk_exc.ConnectError)  # Session.send sends them again once reconnected
-        if self.state.current_state in (States.CONNECTED, States.READ_ONLY):
-            self.state.transition_to(States.SUSPENDED)
-
-    async def set_existing_watches(self) -> None:
-        try:
-            await asyncio.wait_for(super().set_existing_watches(), self.timeout / 3)
-        except TimeoutError:
-            log.warning("re-arming watches timed out; reconnecting")
-            if self.state.current_state in (States.CONNECTED, States.READ_ONLY):
-                self.state.transition_to(States.SUSPENDED)
-
-
-_closing_connections: set[asyncio.Task[None]] = set()
-"""Closes of replaced connections under way (a task must be referenced until it ends)."""
-
-
-def _abandon(conn: Any) -> None:
-    """Drop a connection that never carried a session (never raises)."""
-    writer = getattr(conn, "writer", None)
-    if writer is not None:
-        with contextlib.suppress(Exception):
-            writer.close()
-
-
-def _prompt_client(servers: str, chroot: str | None, session_timeout_s: float) -> Any:
+def _prompt_client(
+    servers: str,
+    chroot: str | None,
+    session_timeout_s: float,
+    security: ZookeeperSecurity | None = None,
+) -> Any:
     """An ``aiozk.ZKClient`` whose session is a :class:`_PromptSession`.
 
     ``ZKClient.__init__`` builds its ``Session`` itself; nothing holds it before ``start()``,
-    so it is swapped for the prompt one, built with the same arguments.
+    so it is swapped for the prompt one, built with the same arguments (and the TLS context
+    and credentials of ``security``). With ``set_acl`` the client's default ACL (which
+    aiozk's ``start`` uses for the chroot's nodes) is :data:`CREATOR_ALL_READ_ACL`, as Kafka
+    gives a chroot it creates.
     """
-    client = aiozk.ZKClient(servers, chroot=chroot, session_timeout=session_timeout_s)
-    client.session = _PromptSession(servers, session_timeout_s, None, False, None)
+    security = security or ZookeeperSecurity()
+    client = aiozk.ZKClient(
+        servers,
+        chroot=chroot,
+        session_timeout=session_timeout_s,
+        default_acl=CREATOR_ALL_READ_ACL if security.set_acl else None,
+    )
+    client.session = _PromptSession(
+        servers,
+        session_timeout_s,
+        None,
+        False,
+        None,
+        ssl_context=security.ssl_context,
+        auth=security.auth,
+    )
     return client
 
 
@@ -384,11 +219,21 @@ async def close_raw(raw: Any, time_limit: float = 5.0) -> None:
 
 
 @contextlib.contextmanager
-def map_zk_errors(path: str | None = None) -> Iterator[None]:
+def map_zk_errors(
+    path: str | None = None, *, op: str = "operation", auth_scheme: str | None = None
+) -> Iterator[None]:
     """Translate aiozk exceptions raised inside the block into ``ZookeeperError``s.
 
     ``NoNode``, ``NodeExists`` and ``BadVersion`` become their own classes, as kazoo's
     ``NoNodeError`` / ``NodeExistsError`` / ``BadVersionError``: callers catch the class.
+    ``NoAuth`` (the node's ACL), ``InvalidACL`` (an ACL the client cannot set) and
+    ``AuthFailed`` (the credentials) become :class:`~aiozkconsumer.errors.ZookeeperAuthError`.
+
+    Args:
+        path: the node the block works on (named in every message).
+        op: what the block does to it (``"create"``, ``"delete"`` ...), for ``NoAuth``.
+        auth_scheme: the scheme of the client's ``zookeeper.auth`` (never the
+            credentials), or ``None`` without one, for the auth messages.
     """
     try:
         yield
@@ -398,6 +243,23 @@ def map_zk_errors(path: str | None = None) -> Iterator[None]:
         raise ZookeeperNoNodeError(path or "?") from e
     except zk_exc.BadVersion as e:
         raise ZookeeperBadVersionError(path or "?") from e
+    except zk_exc.NoAuth as e:
+        who = f"zookeeper.auth scheme {auth_scheme}" if auth_scheme else "no zookeeper.auth set"
+        raise ZookeeperAuthError(
+            path, f"ZooKeeper {op} not allowed on {path} by its ACL ({who})"
+        ) from e
+    except zk_exc.InvalidACL as e:
+        raise ZookeeperAuthError(
+            path,
+            f"ZooKeeper refused the ACL of {path}: zookeeper.set.acl=true gives the creator "
+            "every right, which needs an authenticated client (zookeeper.auth, or a TLS "
+            "client certificate)",
+        ) from e
+    except zk_exc.AuthFailed as e:
+        raise ZookeeperAuthError(
+            None,
+            f"ZooKeeper refused the credentials of zookeeper.auth (scheme {auth_scheme})",
+        ) from e
     except (zk_exc.SessionLost, zk_exc.SessionExpired) as e:
         raise ZookeeperSessionExpiredError(
             f"ZooKeeper session expired{f' (at {path})' if path else ''}"
@@ -408,6 +270,17 @@ def map_zk_errors(path: str | None = None) -> Iterator[None]:
         ) from e
     except zk_exc.ZKError as e:
         raise ZookeeperError(f"ZooKeeper error {type(e).__name__} at {path}: {e}") from e
+
+
+_MULTI_EXPECTED_FAILURES = (
+    zk_exc.RolledBack,  # an operation before the one that failed (code 0)
+    zk_exc.RuntimeInconsistency,  # an operation after it
+    zk_exc.BadVersion,  # the fence moved on
+    zk_exc.NoNode,  # the fence, or the node to write, vanished
+    zk_exc.NodeExists,  # the node to create appeared
+)
+"""Results of a failed multi-op that :meth:`ZkClient.fenced_write` reads as such, not as
+errors."""
 
 
 class ZkClient:
@@ -422,6 +295,15 @@ class ZkClient:
         request_timeout_ms: bound on a single request while the connection is down; aiozk
             would otherwise wait forever for the session to come back. Defaults to the
             session timeout.
+        security: TLS, credentials and the ACL of created nodes
+            (:meth:`ZookeeperSecurity.from_config
+            <aiozkconsumer.security.ZookeeperSecurity.from_config>`); default none of them.
+            The credentials are sent on every connection before any request; with
+            ``set_acl`` every node this client creates gets :func:`acl_for`'s ACL.
+
+    Every request may raise :class:`~aiozkconsumer.errors.ZookeeperAuthError` when the
+    node's ACL does not allow it to this client (``NoAuth``: ``path`` is the node), or when
+    the session was refused its credentials (``path`` ``None``).
     """
 
     def __init__(
@@ -431,12 +313,15 @@ class ZkClient:
         session_timeout_ms: int = 6000,
         connection_timeout_ms: int = 6000,
         request_timeout_ms: int | None = None,
+        security: ZookeeperSecurity | None = None,
     ) -> None:
         self.connect = connect
         self._servers, self._chroot = parse_connect_string(connect)
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms
         self.request_timeout_s = (request_timeout_ms or session_timeout_ms) / 1000
+        self.security = security or ZookeeperSecurity()
+        self._auth_scheme = None if self.security.auth is None else self.security.auth[0]
         self._zk: Any = None
         self._closed = False
 
@@ -452,17 +337,33 @@ class ZkClient:
 
         Raises:
             ZookeeperConnectionError: no server of ``connect`` answered within
-                ``connection_timeout_ms``; every background task aiozk started is stopped.
+                ``connection_timeout_ms`` (the message says why the last attempt failed),
+                or, with TLS, no server's certificate verifies (at once, naming the server
+                and the reason); every background task aiozk started is stopped.
+            ZookeeperAuthError: the server refused the credentials of ``zookeeper.auth``
+                (``AUTH_FAILED``, ``path`` ``None``), or the chroot's ACL does not let this
+                client create it (``path`` the chroot).
         """
-        self._zk = _prompt_client(self._servers, self._chroot, self.session_timeout_ms / 1000)
+        self._zk = _prompt_client(
+            self._servers, self._chroot, self.session_timeout_ms / 1000, self.security
+        )
         try:
             with anyio.fail_after(self.connection_timeout_ms / 1000):
-                await self._zk.start()
+                await self._zk.start()  # with a chroot, creates it where missing
+        except ZookeeperError:  # refused: the credentials, or every server's certificate
+            await self._abort()
+            raise
+        except (zk_exc.NoAuth, zk_exc.InvalidACL) as e:
+            await self._abort()
+            with map_zk_errors(self._chroot, op="create", auth_scheme=self._auth_scheme):
+                raise e
         except (TimeoutError, zk_exc.ZKError, OSError) as e:
+            last = getattr(self._zk.session, "last_connect_error", None)
             await self._abort()
             raise ZookeeperConnectionError(
                 f"could not connect to ZooKeeper at {self.connect!r} within "
                 f"zookeeper.connection.timeout.ms={self.connection_timeout_ms}"
+                + (f"; last attempt: {describe_connect_error(*last)}" if last else "")
             ) from e
         except BaseException:
             await self._abort()
@@ -577,8 +478,10 @@ class ZkClient:
 
     # -- requests ------------------------------------------------------------------------
 
-    async def _call(self, path: str, coro: Any) -> Any:
-        with map_zk_errors(path):
+    async def _call(self, path: str, coro: Any, op: str = "read") -> Any:
+        """Await an aiozk request on ``path``, bounded, its errors translated (``op`` names
+        the operation in a ``NoAuth`` message)."""
+        with map_zk_errors(path, op=op, auth_scheme=self._auth_scheme):
             try:
                 with anyio.fail_after(self.request_timeout_s):
                     return await coro
@@ -604,7 +507,8 @@ class ZkClient:
     async def get_children(self, path: str, *, watch: bool = False) -> list[str] | None:
         """Return a node's children (unsorted), or ``None`` if the node does not exist."""
         try:
-            return list(await self._call(path, self._zk.get_children(path, watch=watch)))
+            children = await self._call(path, self._zk.get_children(path, watch=watch), "list")
+            return list(children)
         except ZookeeperNoNodeError:
             return None
 
@@ -613,25 +517,61 @@ class ZkClient:
         return bool(await self._call(path, self._zk.exists(path, watch=watch)))
 
     async def ensure_path(self, path: str) -> None:
-        """Create ``path`` and its parents as persistent nodes where missing."""
-        await self._call(path, self._zk.ensure_path(path))
+        """Create ``path`` and its parents as persistent nodes where missing.
+
+        As aiozk's ``ensure_path`` (the nodes are containers where the server has them),
+        with each node's own ACL (:func:`acl_for`). A node that exists is left as it is,
+        even where this client may not create it (a ``NoAuth`` on an existing node).
+
+        Raises:
+            ZookeeperAuthError: a missing node may not be created here (its parent's ACL),
+                or ``zookeeper.set.acl`` without an identity to give rights to.
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
+        parts = [p for p in path.split("/") if p]
+        for depth in range(1, len(parts) + 1):
+            node = "/" + "/".join(parts[:depth])
+            try:
+                await self._create(node, b"", container=self._zk.features.containers)
+            except ZookeeperNodeExistsError:
+                pass
+            except ZookeeperAuthError:
+                if not await self.exists(node):
+                    raise
+
+    async def _create(
+        self, path: str, data: bytes, *, ephemeral: bool = False, container: bool = False
+    ) -> None:
+        """One create, with the node's ACL (:func:`acl_for`)."""
+        acl = acl_for(path, self.security.set_acl)
+        await self._call(
+            path,
+            self._zk.create(path, data, acl=acl, ephemeral=ephemeral, container=container),
+            "create",
+        )
 
     async def create(
         self, path: str, data: bytes, *, ephemeral: bool = False, make_parents: bool = True
     ) -> None:
         """Create a node, creating missing parents as persistent nodes.
 
+        With ``zookeeper.set.acl`` the node and the parents created get :func:`acl_for`'s
+        ACL.
+
         Raises:
             ZookeeperNodeExistsError: the node exists.
+            ZookeeperNoNodeError: the parent is missing and ``make_parents`` is false.
+            ZookeeperAuthError: the parent's ACL does not let this client create children
+                (``path`` names the node), or ``zookeeper.set.acl`` without an identity.
             ZookeeperConnectionError: the connection was lost and did not come back in time.
         """
         try:
-            await self._call(path, self._zk.create(path, data, ephemeral=ephemeral))
+            await self._create(path, data, ephemeral=ephemeral)
         except ZookeeperNoNodeError:
             if not make_parents:
                 raise
             await self.ensure_path(posixpath.dirname(path))
-            await self._call(path, self._zk.create(path, data, ephemeral=ephemeral))
+            await self._create(path, data, ephemeral=ephemeral)
 
     async def create_ephemeral_checked(self, path: str, data: bytes) -> None:
         """Create an ephemeral node the way ``ZKCheckedEphemeral`` (0.9+, KAFKA-1387) does.
@@ -641,6 +581,8 @@ class ZkClient:
 
         Raises:
             ZookeeperNodeExistsError: the node exists and belongs to another session.
+            ZookeeperAuthError: the parent's ACL does not let this client create it.
+            ZookeeperConnectionError: ZooKeeper is unreachable.
         """
         try:
             await self.create(path, data, ephemeral=True)
@@ -663,6 +605,11 @@ class ZkClient:
         Returns:
             ``True`` if the node was created, or already holds exactly ``data`` (a create
             retried over a connection loss); ``False`` if another value is there.
+
+        Raises:
+            ZookeeperAuthError: the parent's ACL does not let this client create it (an
+                owner node under another identity's ``owners/<topic>``).
+            ZookeeperConnectionError: ZooKeeper is unreachable.
         """
         try:
             await self.create(path, data, ephemeral=True)
@@ -674,6 +621,11 @@ class ZkClient:
         """Write a persistent node, creating it and its parents if missing.
 
         As ``ZkUtils.updatePersistentPath``.
+
+        Raises:
+            ZookeeperAuthError: the node's ACL does not let this client write it (or its
+                parent's, create it).
+            ZookeeperConnectionError: ZooKeeper is unreachable.
         """
         await self.bump(path, data)
 
@@ -681,15 +633,20 @@ class ZkClient:
         """Write a persistent node (creating it and its parents) and return its new version.
 
         Used for fencing tokens: every write increments the version.
+
+        Raises:
+            ZookeeperAuthError: the node's ACL does not let this client write it (or its
+                parent's, create it).
+            ZookeeperConnectionError: ZooKeeper is unreachable.
         """
         try:
-            stat = await self._call(path, self._zk.set(path, data, -1))
+            stat = await self._call(path, self._zk.set(path, data, -1), "write")
         except ZookeeperNoNodeError:
             try:
                 await self.create(path, data)
                 return 0
             except ZookeeperNodeExistsError:
-                stat = await self._call(path, self._zk.set(path, data, -1))
+                stat = await self._call(path, self._zk.set(path, data, -1), "write")
         return int(stat.version)
 
     async def set_data(self, path: str, data: bytes, version: int = -1) -> int:
@@ -703,7 +660,7 @@ class ZkClient:
             ZookeeperBadVersionError: the node has another version.
             ZookeeperConnectionError: ZooKeeper is unreachable.
         """
-        stat = await self._call(path, self._zk.set(path, data, version))
+        stat = await self._call(path, self._zk.set(path, data, version), "write")
         return int(stat.version)
 
     async def fenced_write(
@@ -718,6 +675,8 @@ class ZkClient:
             ``True`` if written; ``False`` if the fence moved on (or vanished).
 
         Raises:
+            ZookeeperAuthError: an ACL does not let this client write the node (or create
+                it, or read the fence): ``path`` names that node. Nothing was written.
             ZookeeperConnectionError: ZooKeeper is unreachable.
         """
         for _ in range(3):  # the node may appear or vanish between the look and the write
@@ -725,12 +684,23 @@ class ZkClient:
             txn = self._zk.begin_transaction()
             txn.check_version(fence_path, fence_version)
             if exists:
+                op = "write"
                 txn.set_data(path, data, -1)
             else:
+                op = "create"
                 await self.ensure_path(posixpath.dirname(path))
-                txn.create(path, data)
-            result = await self._call(path, txn.commit())
-            if path in result.updated or path in result.created:
+                txn.create(path, data, acl=acl_for(path, self.security.set_acl))
+            # Sent as is rather than by aiozk's Transaction.commit, which drops the result of
+            # each failed operation: a NoAuth would look like a moved fence.
+            response = await self._call(path, self._zk.send(txn.request), "write")
+            results = list(response.responses)
+            for node, what, result in zip((fence_path, path), ("check", op), results, strict=True):
+                if isinstance(result, zk_exc.ResponseError) and not isinstance(
+                    result, _MULTI_EXPECTED_FAILURES
+                ):
+                    with map_zk_errors(node, op=what, auth_scheme=self._auth_scheme):
+                        raise result
+            if not any(isinstance(result, Exception) for result in results):
                 return True
             got = await self.get(fence_path)
             if got is None or got[1].version != fence_version:
@@ -756,9 +726,14 @@ class ZkClient:
         return float(self._zk.session.timeout)
 
     async def delete(self, path: str) -> bool:
-        """Delete a node (any version). Returns ``False`` if it did not exist."""
+        """Delete a node (any version). Returns ``False`` if it did not exist.
+
+        Raises:
+            ZookeeperAuthError: the parent's ACL does not let this client delete children.
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
         try:
-            await self._call(path, self._zk.delete(path, force=True))
+            await self._call(path, self._zk.delete(path, force=True), "delete")
             return True
         except ZookeeperNoNodeError:
             return False
