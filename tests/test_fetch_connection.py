@@ -5,6 +5,10 @@ parser in pieces of every size, and check the fetch plan (``plan_fetch``) withou
 Integration tests (real Kafka 3.9 ZooKeeper mode and Kafka 4 KRaft) compare what the own
 connection and aiokafka's shared one return for the same request, reconnect after a dropped
 connection, and hold a stream nobody reads to its budget however many partitions feed it.
+A fake broker on loopback (SaslHandshake, SaslAuthenticate with PLAIN, Fetch v11; with or
+without TLS) checks SASL before the first fetch, KIP-368 re-authentication on the same
+connection, one attempt per ``reconnect.backoff.max.ms`` after a refusal, and the errors
+that name what the broker answered (real secured brokers: ``test_security_kafka.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,11 @@ from aiokafka.protocol.fetch import (
 )
 
 from aiozkconsumer import ConsumerConfig
-from aiozkconsumer.errors import BrokerNotAvailableError
+from aiozkconsumer.errors import (
+    AuthenticationError,
+    BrokerNotAvailableError,
+    SslAuthenticationError,
+)
 from aiozkconsumer.fetcher import FetcherManager, _too_large, plan_fetch
 from aiozkconsumer.kafka import native
 from aiozkconsumer.kafka.client import KafkaClient
@@ -37,6 +45,7 @@ from aiozkconsumer.kafka.fetch_connection import (
     FetchResponseParser,
 )
 from aiozkconsumer.records import PartitionTopicInfo, TopicPartition
+from aiozkconsumer.security import KafkaSecurity
 from aiozkconsumer.testing import LocalCluster
 
 # -- the parser, without servers ----------------------------------------------------------
@@ -451,3 +460,324 @@ async def test_a_silent_or_out_of_sync_broker_is_broker_not_available(
             assert not conn.connected  # dropped: the next fetch starts on a fresh connection
             await broker.done.wait()
         conn.close()
+
+
+# -- TLS and SASL on the own connection, against a fake broker ------------------------------
+
+
+class _SaslBroker:
+    """A loopback broker speaking SaslHandshake v1, SaslAuthenticate v1 (PLAIN) and Fetch v11.
+
+    Args:
+        password: the password PLAIN accepts (user ``alice``).
+        lifetime_ms: the session lifetime sent in each SaslAuthenticate answer (KIP-368).
+        handshake_error: error code of every SaslHandshake answer (33, 34) instead of 0.
+        oauth_challenge: answer the first SaslAuthenticate with this error challenge (no
+            error code), and the next with SASL_AUTHENTICATION_FAILED.
+        tls_alert: answer every request with a TLS alert record instead.
+    """
+
+    MECHANISMS = ("PLAIN", "SCRAM-SHA-512")
+
+    def __init__(
+        self,
+        *,
+        password: str = "secret",
+        lifetime_ms: int = 0,
+        handshake_error: int = 0,
+        oauth_challenge: bytes | None = None,
+        tls_alert: bool = False,
+    ) -> None:
+        self.password = password
+        self.lifetime_ms = lifetime_ms
+        self.handshake_error = handshake_error
+        self.oauth_challenge = oauth_challenge
+        self.tls_alert = tls_alert
+        self.connections: list[float] = []  # loop times of the accepted connections
+        self.handshakes = 0
+        self.authentications = 0
+        self.fetches = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        from aiokafka.protocol.admin import SaslAuthenticateResponse_v1, SaslHandShakeResponse_v1
+
+        self.connections.append(asyncio.get_running_loop().time())
+        authenticated = False
+        challenged = False
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                api_key, _version, corr, id_len = struct.unpack_from(">hhih", frame)
+                body = frame[10 + id_len :]
+                if self.tls_alert:
+                    writer.write(b"\x15\x03\x03\x00\x02\x02\x28")
+                elif api_key == 17:
+                    self.handshakes += 1
+                    answer = SaslHandShakeResponse_v1(self.handshake_error, list(self.MECHANISMS))
+                    writer.write(_frame(corr, answer.encode()))
+                elif api_key == 36:
+                    (n,) = struct.unpack_from(">i", body)
+                    payload = body[4 : 4 + n]
+                    if self.oauth_challenge is not None and not challenged:
+                        challenged = True
+                        answer = SaslAuthenticateResponse_v1(0, None, self.oauth_challenge, 0)
+                    elif payload == b"alice\0alice\0" + self.password.encode():
+                        self.authentications += 1
+                        authenticated = True
+                        answer = SaslAuthenticateResponse_v1(0, None, b"", self.lifetime_ms)
+                    else:
+                        message = "Authentication failed: Invalid username or password"
+                        answer = SaslAuthenticateResponse_v1(58, message, b"", 0)
+                    writer.write(_frame(corr, answer.encode()))
+                elif api_key == 1 and authenticated:
+                    self.fetches += 1
+                    writer.write(_encoded(11, corr, TOPICS))
+                else:
+                    break  # a request before authentication: the broker hangs up
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+
+def _frame(correlation_id: int, body: bytes) -> bytes:
+    message = struct.pack(">i", correlation_id) + body
+    return struct.pack(">i", len(message)) + message
+
+
+def _plain(password: str = "secret", **kw: Any) -> KafkaSecurity:
+    return KafkaSecurity(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_username="alice",
+        sasl_password=password,
+        **kw,
+    )
+
+
+@contextlib.asynccontextmanager
+async def _serving(broker: _SaslBroker, ssl_context: Any = None) -> AsyncIterator[tuple[str, int]]:
+    server = await asyncio.start_server(broker.handle, "127.0.0.1", 0, ssl=ssl_context)
+    async with server:
+        yield "127.0.0.1", int(server.sockets[0].getsockname()[1])
+
+
+def _fetch_v11() -> Any:
+    return FetchRequest(100, 1, 1 << 20, 0, [("alpha", [(0, 0, 1 << 20)])]).build(_v11())
+
+
+async def test_sasl_runs_before_the_first_fetch_and_again_when_the_session_is_due() -> None:
+    import dataclasses
+
+    broker = _SaslBroker(lifetime_ms=60_000)
+    async with _serving(broker) as address:
+        conn = FetchConnection(1, lambda: address, "test", 5.0, security=_plain())
+        try:
+            with anyio.fail_after(10):
+                first = await conn.fetch(_fetch_v11(), 100)
+                assert [t for t, _ in first.topics] == [t for t, _ in TOPICS]
+                session = conn.session
+                assert session is not None and session.lifetime_ms == 60_000
+                assert session.reauthenticate_at is not None
+                share = (session.reauthenticate_at - session.started) / 60
+                assert 0.85 <= share <= 0.95  # the Java client's window
+                await conn.fetch(_fetch_v11(), 100)  # not due: no re-authentication
+                assert (broker.handshakes, conn.reauthentications) == (1, 0)
+                # Due: the next fetch re-authenticates first, on the same connection.
+                conn._session = dataclasses.replace(session, reauthenticate_at=0.0)
+                await conn.fetch(_fetch_v11(), 100)
+        finally:
+            conn.close()
+    assert len(broker.connections) == 1 and conn.connects == 1
+    assert (broker.handshakes, broker.authentications, broker.fetches) == (2, 2, 3)
+    assert conn.reauthentications == 1
+
+
+async def test_a_session_without_lifetime_is_never_reauthenticated() -> None:
+    broker = _SaslBroker(lifetime_ms=0)
+    async with _serving(broker) as address:
+        conn = FetchConnection(1, lambda: address, "test", 5.0, security=_plain())
+        try:
+            with anyio.fail_after(10):
+                for _ in range(3):
+                    await conn.fetch(_fetch_v11(), 100)
+        finally:
+            conn.close()
+    assert conn.session is None  # closed
+    assert (broker.handshakes, broker.fetches, conn.reauthentications) == (1, 3, 0)
+
+
+async def test_a_refused_password_is_an_authentication_error_retried_after_the_backoff() -> None:
+    broker = _SaslBroker(password="right")
+    security = _plain("wrong", reconnect_backoff_max_ms=300)
+    async with _serving(broker) as address:
+        conn = FetchConnection(1, lambda: address, "test", 5.0, security=security)
+        try:
+            with anyio.fail_after(10):
+                for _ in range(2):
+                    with pytest.raises(AuthenticationError) as info:
+                        await conn.fetch(_fetch_v11(), 100)
+                    assert type(info.value) is AuthenticationError
+                    assert info.value.mechanism == "PLAIN"
+                    assert info.value.broker == f"{address[0]}:{address[1]}"
+                    assert "Invalid username or password" in str(info.value)
+                    assert "wrong" not in str(info.value)
+                    assert not conn.connected
+        finally:
+            conn.close()
+    first, second = broker.connections
+    assert second - first >= 0.3  # one attempt per reconnect.backoff.max.ms, no storm
+    assert broker.fetches == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"handshake_error": 33}, "does not enable PLAIN; its mechanisms are PLAIN, SCRAM"),
+        ({"handshake_error": 34}, "does not use SASL.*security.protocol=PLAINTEXT"),
+        ({"tls_alert": True}, "speaks TLS.*security.protocol=SSL or SASL_SSL"),
+    ],
+    ids=["unsupported-mechanism", "no-sasl-listener", "tls-port"],
+)
+async def test_what_the_broker_answers_the_handshake_is_named(
+    kwargs: dict[str, Any], match: str
+) -> None:
+    broker = _SaslBroker(**kwargs)
+    async with _serving(broker) as address:
+        conn = FetchConnection(1, lambda: address, "test", 5.0, security=_plain())
+        try:
+            with anyio.fail_after(10), pytest.raises(AuthenticationError, match=match):
+                await conn.fetch(_fetch_v11(), 100)
+        finally:
+            conn.close()
+
+
+async def test_a_refused_oauth_token_ends_the_exchange_with_its_status() -> None:
+    class Tokens:
+        async def token(self) -> str:
+            return "not-a-jwt"
+
+    from aiozkconsumer.kafka.oauth import refreshing
+
+    broker = _SaslBroker(oauth_challenge=b'{"status":"invalid_token"}')
+    security = KafkaSecurity(
+        security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER", token_provider=Tokens()
+    )
+    provider = refreshing(security.token_provider)
+    async with _serving(broker) as address:
+        conn = FetchConnection(
+            1, lambda: address, "test", 5.0, security=security, token_provider=provider
+        )
+        try:
+            with anyio.fail_after(10), pytest.raises(AuthenticationError) as info:
+                await conn.fetch(_fetch_v11(), 100)
+        finally:
+            conn.close()
+    assert "refused the token (status invalid_token)" in str(info.value)
+    assert "Invalid username or password" in str(info.value)  # the broker's final word
+    assert "not-a-jwt" not in str(info.value)
+
+
+def _tls_contexts() -> tuple[Any, Any, Any]:
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    untrusting = ssl.create_default_context()
+    trustme.CA().configure_trust(untrusting)
+    return server, client, untrusting
+
+
+async def test_tls_and_sasl_under_the_buffered_protocol() -> None:
+    """asyncio's SSL transport decrypts into the buffers the protocol hands it."""
+    server_ctx, client_ctx, _ = _tls_contexts()
+    broker = _SaslBroker()
+    security = _plain(ssl_context=client_ctx)
+    security = KafkaSecurity(**{**security.__dict__, "security_protocol": "SASL_SSL"})
+    async with _serving(broker, server_ctx) as address:
+        conn = FetchConnection(1, lambda: address, "test", 5.0, security=security)
+        try:
+            with anyio.fail_after(10):
+                response = await conn.fetch(_fetch_v11(), 100)
+        finally:
+            conn.close()
+    assert [p[-1] for p in response.topics[0][1]] == TOPICS[0][1]
+    assert broker.authentications == 1
+
+
+async def test_an_untrusted_certificate_is_an_ssl_authentication_error() -> None:
+    server_ctx, _, untrusting = _tls_contexts()
+    security = KafkaSecurity(security_protocol="SSL", ssl_context=untrusting)
+    async with _serving(_SaslBroker(), server_ctx) as address:
+        conn = FetchConnection(1, lambda: address, "test", 5.0, security=security)
+        try:
+            with anyio.fail_after(10), pytest.raises(SslAuthenticationError) as info:
+                await conn.fetch(_fetch_v11(), 100)
+        finally:
+            conn.close()
+    assert "certificate verify failed" in str(info.value)
+    assert info.value.broker == f"{address[0]}:{address[1]}"
+
+
+def test_the_frame_reader_takes_a_frame_in_any_pieces_and_spots_tls() -> None:
+    from aiozkconsumer.kafka.fetch_connection import TlsAnswerError, _FrameReader
+
+    data = struct.pack(">i", 5) + b"hello"
+    for step in (1, 2, 3, 9):
+        reader = _FrameReader()
+        pos = 0
+        while not reader.done:
+            buf = reader.buffer()
+            n = min(step, len(buf))
+            buf[:n] = data[pos : pos + n]
+            pos += n
+            reader.filled(n)
+        assert reader.response == b"hello" and pos == len(data)
+    reader = _FrameReader()
+    reader.buffer()[:4] = b"\x15\x03\x03\x00"
+    with pytest.raises(TlsAnswerError):
+        reader.filled(4)
+
+
+def test_reauthentication_comes_at_85_to_95_percent_of_the_session() -> None:
+    from aiozkconsumer.kafka.auth import reauthentication_delay
+
+    rng = random.Random(7)
+    delays = [reauthentication_delay(10_000, rng) for _ in range(200)]
+    assert all(d is not None and 8.5 <= d <= 9.5 for d in delays)
+    assert max(d for d in delays if d) - min(d for d in delays if d) > 0.5  # jittered
+    assert reauthentication_delay(0) is None
+
+
+def test_tls_failures_are_explained() -> None:
+    import ssl
+
+    from aiozkconsumer.kafka.auth import tls_failure_reason
+
+    mismatch = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    mismatch.verify_code = 64
+    mismatch.verify_message = "IP address mismatch, certificate is not valid for '10.0.0.1'."
+    assert (tls_failure_reason(mismatch, "10.0.0.1") or "").startswith("hostname mismatch")
+    untrusted = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    untrusted.verify_code = 20
+    untrusted.verify_message = "unable to get local issuer certificate"
+    reason = tls_failure_reason(ConnectionError("lost"), "h")
+    assert reason is None
+    wrapped = ConnectionError("lost")
+    wrapped.__cause__ = untrusted
+    assert (tls_failure_reason(wrapped, "h") or "").startswith("certificate verify failed")
+    eof = ssl.SSLEOFError(8, "EOF occurred in violation of protocol")
+    assert "does not speak TLS" in (tls_failure_reason(eof, "h", handshake=True) or "")
+    assert tls_failure_reason(eof, "h") is None  # after the handshake: a dropped connection
+    assert "does not speak TLS" in (
+        tls_failure_reason(ConnectionResetError(), "h", handshake=True) or ""
+    )

@@ -17,19 +17,24 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import anyio
+from aiokafka import conn as _aiokafka_conn
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.conn import CloseReason
+from aiokafka.protocol.admin import SaslAuthenticateRequest_v0, SaslAuthenticateRequest_v1
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
 from ..errors import (
+    AuthenticationError,
     BrokerNotAvailableError,
+    InvalidConfigError,
     KafkaConnectionError,
     NoBrokersError,
     UnknownTopicError,
 )
 from ..records import TopicPartition
 from ..security import KafkaSecurity
+from .diagnose import diagnose_bootstrap
 from .errors import AiokafkaError, PartitionError, classify_partition_error, error_name
 from .fetch_connection import MAX_VERSION, MIN_VERSION, FetchConnection
 
@@ -53,7 +58,12 @@ class KafkaClient:
         retry_backoff_ms: ``refresh.leader.backoff.ms``.
         security: TLS and SASL of every connection (``security.protocol``, ``ssl.*``,
             ``sasl.*``); default plaintext. The fetch loops' own connections
-            (:class:`FetchChannel`) take the same.
+            (:class:`FetchChannel`) take the same, and the same OAUTHBEARER token provider.
+
+    Raises:
+        InvalidConfigError: ``sasl.mechanism=GSSAPI`` without the ``gssapi`` package, or
+            OAUTHBEARER settings that cannot give a token (see
+            :func:`~aiozkconsumer.kafka.oauth.refreshing`).
     """
 
     def __init__(
@@ -69,12 +79,21 @@ class KafkaClient:
         self._client_id = client_id
         self._request_timeout_s = request_timeout_ms / 1000
         self.security = security or KafkaSecurity()
+        if self.security.sasl_mechanism == "GSSAPI" and _aiokafka_conn.gssapi is None:
+            # aiokafka would fail an assertion on every connection instead.
+            raise InvalidConfigError(
+                "sasl.mechanism", "GSSAPI needs the gssapi package: pip install gssapi"
+            )
+        kwargs = aiokafka_security_kwargs(self.security)
+        self.token_provider: Any = kwargs.get("sasl_oauth_token_provider")
+        """OAUTHBEARER's token provider, shared by aiokafka's connections and the fetch
+        loops' own (``None`` for other mechanisms)."""
         self._client = AIOKafkaClient(
             bootstrap_servers=bootstrap_servers.split(","),
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
-            **aiokafka_security_kwargs(self.security),
+            **kwargs,
         )
         self._started = False
 
@@ -86,17 +105,50 @@ class KafkaClient:
     async def start(self) -> None:
         """Connect and read the cluster metadata.
 
+        When no bootstrap server works, each is probed once (``diagnose.py``, all together
+        within ``socket.timeout.ms``) to tell a security problem from an unreachable cluster.
+
         Raises:
+            SslAuthenticationError: a bootstrap server's TLS handshake failed: its certificate
+                is not trusted (``certificate verify failed: ...``) or not valid for the host
+                (``hostname mismatch: ...``), it requires or refused the client's certificate,
+                or the port does not speak TLS (``security.protocol`` is SSL or SASL_SSL for
+                a port in the clear).
+            AuthenticationError: a bootstrap server refused the SASL credentials or mechanism
+                (its message and the mechanism named), the port speaks TLS to a client in the
+                clear, requires SASL from a client without it (its mechanisms named), or does
+                not use SASL for a SASL client; also an OAUTHBEARER token the broker refused
+                (aiokafka takes that exchange for a success and its metadata request fails).
             KafkaConnectionError: no bootstrap broker answered.
         """
         try:
             await self._client.bootstrap()
         except AiokafkaError as e:
             await self.close()
+            finding = await self._diagnose()
+            if finding is not None:
+                raise finding from e
             raise KafkaConnectionError(
                 f"could not reach any Kafka broker of {self.bootstrap_servers!r}: {e}"
             ) from e
+        if not self._client.cluster.brokers():
+            # Every broker since 0.10 names the brokers in a metadata answer. aiokafka takes a
+            # failed one for a cluster without topics, after an OAUTHBEARER exchange it
+            # wrongly believed done: the broker then answered the request with errors.
+            finding = await self._diagnose()
+            if finding is not None:
+                await self.close()
+                raise finding
         self._started = True
+
+    async def _diagnose(self) -> AuthenticationError | None:
+        return await diagnose_bootstrap(
+            self.bootstrap_servers,
+            self.security,
+            client_id=self._client_id,
+            timeout_s=self._request_timeout_s,
+            token_provider=self.token_provider,
+        )
 
     async def close(self) -> None:
         """Close every connection and aiokafka's metadata task (never raises)."""
@@ -278,9 +330,15 @@ def aiokafka_security_kwargs(security: KafkaSecurity) -> dict[str, Any]:
     """``AIOKafkaClient``/``AIOKafkaConsumer`` keyword arguments for ``security``.
 
     An OAUTHBEARER provider is wrapped so its token is refreshed before it expires
-    (:func:`~aiozkconsumer.kafka.oauth.refreshing`).
+    (:func:`~aiozkconsumer.kafka.oauth.refreshing`). With SASL, aiokafka's DEBUG log of the
+    requests it sends is kept from showing the SASL payloads (a PLAIN password, a token).
+
+    Raises:
+        InvalidConfigError: OAUTHBEARER settings that cannot give a token.
     """
     kwargs: dict[str, Any] = {"security_protocol": security.security_protocol}
+    if security.sasl:
+        _hide_sasl_payloads()
     if security.ssl_context is not None:
         kwargs["ssl_context"] = security.ssl_context
     if security.sasl_mechanism is not None:
@@ -294,6 +352,35 @@ def aiokafka_security_kwargs(security: KafkaSecurity) -> dict[str, Any]:
 
             kwargs["sasl_oauth_token_provider"] = refreshing(security.token_provider)
     return kwargs
+
+
+class _HideSaslPayloads(logging.Filter):
+    """Masks the SASL payloads aiokafka's connection logs at DEBUG.
+
+    aiokafka logs every request it sends ("Request to host:port id: <request>"), and a
+    ``SaslAuthenticateRequest``'s repr holds its payload: a PLAIN password or an OAUTHBEARER
+    token in the clear.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, _SASL_REQUESTS) for a in args):
+            record.args = tuple(
+                f"<{type(a).__name__} (payload hidden)>" if isinstance(a, _SASL_REQUESTS) else a
+                for a in args
+            )
+        return True
+
+
+_SASL_REQUESTS = (SaslAuthenticateRequest_v0, SaslAuthenticateRequest_v1)
+_SASL_FILTER = _HideSaslPayloads()
+
+
+def _hide_sasl_payloads() -> None:
+    """Install :class:`_HideSaslPayloads` on aiokafka's connection logger (once)."""
+    logger = logging.getLogger("aiokafka.conn")
+    if _SASL_FILTER not in logger.filters:
+        logger.addFilter(_SASL_FILTER)
 
 
 class FetchChannel:
@@ -322,6 +409,8 @@ class FetchChannel:
             lambda: kafka._broker_host_port(node_id),
             kafka._client_id,
             kafka._request_timeout_s,
+            security=kafka.security,
+            token_provider=kafka.token_provider,
         )
 
     async def fetch(self, request: Any, max_wait_ms: int) -> Any:
@@ -334,6 +423,10 @@ class FetchChannel:
         Raises:
             BrokerNotAvailableError: the broker could not be reached, the request failed or
                 timed out.
+            SslAuthenticationError: the own connection's TLS handshake failed, or the broker
+                refused the client's certificate.
+            AuthenticationError: the own connection's SASL authentication (or KIP-368
+                re-authentication) failed; not retried before ``reconnect.backoff.max.ms``.
         """
         if not self.dedicated:
             return await self._kafka.send(self.node_id, request)

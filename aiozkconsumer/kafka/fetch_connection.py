@@ -16,26 +16,41 @@ buffer per fetch). Without it, the buffer is turned into the ``bytes`` aiokafka'
 ``MemoryRecords`` requires (it refuses a ``memoryview`` or a ``bytearray``): two copies.
 Either way only one partition's record set is ever held twice, whatever the response's size.
 
-Only plaintext connections exist today (``client.py`` configures neither SSL nor SASL), so
-there is nothing this connection cannot do that the shared one does; a Fetch version outside
-the layouts parsed here (v4-v11, the non-flexible ones aiokafka 0.14 builds) falls back to
-aiokafka's shared connection, as does everything but Fetch.
+The connection is secured as every other connection of the client (``security.py``'s
+``KafkaSecurity``): TLS is asyncio's SSL transport under the same ``BufferedProtocol`` (it
+decrypts straight into the buffer the protocol hands it, so a record set is still received
+into its own buffer, the decryption being the one copy), and with SASL the SaslHandshake and
+SaslAuthenticate exchange (``auth.py``, with aiokafka's mechanisms) runs before the first
+Fetch, its answers received whole by a small frame reader, then again on the same connection
+before the session the broker granted ends (KIP-368). A Fetch version outside the layouts
+parsed here (v4-v11, the non-flexible ones aiokafka 0.14 builds) falls back to aiokafka's
+shared connection, as does everything but Fetch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import struct
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from ..errors import BrokerNotAvailableError
+from ..errors import AuthenticationError, BrokerNotAvailableError, SslAuthenticationError
+from ..security import KafkaSecurity
 from . import native
+from .auth import SaslSession, authenticate, tls_failure_reason
 
-__all__ = ["FetchConnection", "FetchResponse", "FetchResponseParser", "PartitionData"]
+__all__ = [
+    "FetchConnection",
+    "FetchResponse",
+    "FetchResponseParser",
+    "PartitionData",
+    "TlsAnswerError",
+]
 
 log = logging.getLogger(__name__)
 
@@ -250,13 +265,77 @@ class FetchResponseParser:
         resp.size = size
 
 
+class TlsAnswerError(ValueError):
+    """A request sent in the clear was answered with a TLS record: the port speaks TLS."""
+
+
+_TLS_RECORD_TYPES = frozenset((0x15, 0x16))  # alert, handshake
+MAX_FRAME = 100 * 1024 * 1024
+"""Largest response :class:`_FrameReader` takes (the broker's ``socket.request.max.bytes``
+default): a larger length prefix means the bytes are not a Kafka response."""
+
+
+class _FrameReader:
+    """Receives one size-prefixed response whole: the SASL exchange's (small) answers.
+
+    The same shape as :class:`FetchResponseParser` (``buffer``, ``filled``, ``done``,
+    ``response``), so the protocol receives either; ``response`` is the frame after its
+    length prefix.
+
+    Raises (from :meth:`filled`):
+        TlsAnswerError: the prefix is a TLS record header (a TLS port answering a request
+            sent in the clear with an alert: 0x15 0x03 ...).
+        ValueError: a length below 0 or beyond :data:`MAX_FRAME`.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = bytearray(4)
+        self._body: bytearray | None = None
+        self._pos = 0
+        self.done = False
+        self.response = b""
+
+    def buffer(self) -> memoryview:
+        """Where the next received bytes go."""
+        target = self._prefix if self._body is None else self._body
+        return memoryview(target)[self._pos :]
+
+    def filled(self, nbytes: int) -> None:
+        """Account for ``nbytes`` received into :meth:`buffer`."""
+        self._pos += nbytes
+        if self._body is None:
+            if self._pos < 4:
+                return
+            head = self._prefix
+            if head[0] in _TLS_RECORD_TYPES and head[1] == 0x03 and head[2] <= 0x04:
+                raise TlsAnswerError("the broker answered with a TLS record")
+            (size,) = _I32.unpack(head)
+            if not 0 <= size <= MAX_FRAME:
+                raise ValueError(f"response length {size} is not a Kafka response's")
+            self._body, self._pos = bytearray(size), 0
+        if self._pos >= len(self._body):
+            self.done = True
+            self.response = bytes(self._body)
+
+
+class _Receiver(Protocol):
+    done: bool
+
+    @property
+    def response(self) -> Any: ...
+
+    def buffer(self) -> memoryview: ...
+
+    def filled(self, nbytes: int) -> None: ...
+
+
 class _Protocol(asyncio.BufferedProtocol):
-    """Receives into the current parser's buffer; one request in flight at a time."""
+    """Receives into the current receiver's buffer; one request in flight at a time."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.parser: FetchResponseParser | None = None
-        self.waiter: asyncio.Future[FetchResponse] | None = None
+        self.parser: _Receiver | None = None
+        self.waiter: asyncio.Future[Any] | None = None
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._spare = bytearray(1)
 
@@ -297,7 +376,10 @@ class _Protocol(asyncio.BufferedProtocol):
         waiter = self.waiter
         self.parser = self.waiter = None
         if waiter is not None and not waiter.done():
-            waiter.set_exception(ConnectionError(f"connection lost: {exc!r}"))
+            # The cause (an ssl.SSLError: a TLS alert from the broker) says what went wrong.
+            lost = ConnectionError(f"connection lost: {exc!r}")
+            lost.__cause__ = exc
+            waiter.set_exception(lost)
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -305,13 +387,27 @@ class _Protocol(asyncio.BufferedProtocol):
         return None  # close the transport; connection_lost fails the request in flight
 
 
+_IO_ERRORS = (OSError, ValueError, struct.error, UnicodeDecodeError, TimeoutError)
+"""What a failed connection, a timeout or an out-of-sync answer raises (ssl errors are
+``OSError``s)."""
+
+
 class FetchConnection:
     """A fetch loop's own connection to one broker, for Fetch requests only.
 
-    Connects on first use and again after a failure. Every failure (cannot connect, timeout,
-    connection lost, a response that does not parse) closes the connection and raises
-    :class:`~aiozkconsumer.errors.BrokerNotAvailableError`, as a failed request on aiokafka's
-    shared connection does; the next fetch reconnects.
+    Connects on first use and again after a failure, with TLS and SASL as ``security`` says
+    (:meth:`open`). An authenticated session the broker gave a lifetime (KIP-368:
+    ``connections.max.reauth.ms``, or an OAUTHBEARER token's expiry) is re-authenticated on
+    the same connection before the first fetch after 85-95% of its lifetime has passed, so
+    the broker does not drop it.
+
+    Failures of the connection (cannot connect, timeout, connection lost, a response that does
+    not parse) close it and raise :class:`~aiozkconsumer.errors.BrokerNotAvailableError`, as a
+    failed request on aiokafka's shared connection does; the next fetch reconnects. Failures of
+    authentication raise :class:`~aiozkconsumer.errors.AuthenticationError` (a TLS one
+    :class:`~aiozkconsumer.errors.SslAuthenticationError`), and the next attempt to connect
+    waits until ``reconnect.backoff.max.ms`` has passed since: a wrong password is not tried
+    in a loop.
 
     Args:
         node_id: the broker.
@@ -320,6 +416,14 @@ class FetchConnection:
         client_id: ``client.id`` for the request header.
         request_timeout_s: time limit of a connect and of a request, plus the request's own
             ``max_wait_time``.
+        security: TLS and SASL (default plaintext).
+        token_provider: OAUTHBEARER's token provider, the one the client's other connections
+            share; default :func:`~aiozkconsumer.kafka.oauth.refreshing` of
+            ``security.token_provider`` (which gives that same one).
+
+    Raises:
+        InvalidConfigError: OAUTHBEARER settings that cannot give a token (see
+            :func:`~aiozkconsumer.kafka.oauth.refreshing`).
     """
 
     def __init__(
@@ -328,14 +432,30 @@ class FetchConnection:
         address: Any,
         client_id: str,
         request_timeout_s: float,
+        *,
+        security: KafkaSecurity | None = None,
+        token_provider: Any = None,
     ) -> None:
         self.node_id = node_id
         self._address = address
         self._client_id = client_id
         self._timeout_s = request_timeout_s
+        self.security = security = security or KafkaSecurity()
+        if token_provider is None and security.sasl_mechanism == "OAUTHBEARER":
+            from .oauth import refreshing  # one provider per source: the client's own
+
+            token_provider = refreshing(security.token_provider)
+        self._token_provider = token_provider
         self._protocol: _Protocol | None = None
+        self._host_port: tuple[str, int] | None = None
+        self._session: SaslSession | None = None
+        self._auth_failed_at: float | None = None
         self._correlation_id = 0
         self.requests = 0
+        self.connects = 0
+        """Connections opened (and authenticated) so far."""
+        self.reauthentications = 0
+        """Re-authentications of an open connection (KIP-368) so far."""
         self.bytes_copied = 0
         """Record bytes copied (once each) from the receive buffers; see the module doc."""
 
@@ -345,20 +465,199 @@ class FetchConnection:
         p = self._protocol
         return p is not None and p.transport is not None and not p.transport.is_closing()
 
+    @property
+    def session(self) -> SaslSession | None:
+        """The connection's SASL session (``None`` without SASL or when closed)."""
+        return self._session if self.connected else None
+
+    @property
+    def broker(self) -> str:
+        """``host:port`` of the broker (last connected to), or ``broker <id>``."""
+        if self._host_port is None:
+            return f"broker {self.node_id}"
+        host, port = self._host_port
+        return f"{host}:{port}"
+
+    def _next_correlation_id(self) -> int:
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        return self._correlation_id
+
+    def _failure(self, exc: BaseException, what: str, *, handshake: bool = False) -> Exception:
+        """The error to raise for ``exc`` (the connection already closed or to be closed)."""
+        host = self._host_port[0] if self._host_port else ""
+        if _caused_by(exc, TlsAnswerError):
+            return AuthenticationError(
+                self.broker,
+                self.security.sasl_mechanism,
+                "this port speaks TLS (it answered a request sent in the clear with a TLS "
+                "record): set security.protocol=SSL or SASL_SSL",
+            )
+        if self.security.tls:
+            reason = tls_failure_reason(exc, host, handshake=handshake)
+            if reason is not None:
+                return SslAuthenticationError(self.broker, reason)
+        return BrokerNotAvailableError(f"{what} broker {self.node_id} failed: {exc!r}")
+
     async def _connect(self) -> _Protocol:
         address = self._address()
         if address is None:
             raise BrokerNotAvailableError(f"broker {self.node_id} has no known address")
         host, port = address
+        self._host_port = (str(host), int(port))
+        context = self.security.ssl_context if self.security.tls else None
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._timeout_s):
-                _, protocol = await loop.create_connection(_Protocol, host, port)
+                _, protocol = await loop.create_connection(
+                    _Protocol,
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context is not None else None,
+                )
         except (OSError, TimeoutError) as e:
-            raise BrokerNotAvailableError(
-                f"fetch connection to {host}:{port} (broker {self.node_id}) failed: {e!r}"
-            ) from e
+            error = self._failure(e, f"fetch connection to {host}:{port}", handshake=True)
+            raise error from e
         return protocol
+
+    async def _wait_after_auth_failure(self) -> None:
+        """At most one authentication attempt per ``reconnect.backoff.max.ms``."""
+        if self._auth_failed_at is None:
+            return
+        left = self._auth_failed_at + self.security.reconnect_backoff_max_ms / 1000
+        delay = left - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def open(self) -> None:
+        """Connect (TLS when ``security`` says) and authenticate (SASL), unless connected.
+
+        Raises:
+            BrokerNotAvailableError: the broker could not be reached, or the connection
+                failed or timed out.
+            SslAuthenticationError: the TLS handshake failed (an untrusted or wrong-host
+                certificate, a client certificate required or refused, a port that does not
+                speak TLS).
+            AuthenticationError: SASL authentication failed (the broker's reason), the port
+                speaks TLS to a client in the clear, or it does not use SASL.
+        """
+        if self.connected:
+            return
+        self.close()
+        await self._wait_after_auth_failure()
+        try:
+            protocol = self._protocol = await self._connect()
+            if self.security.sasl:
+                self._session = await self._authenticate(protocol)
+        except AuthenticationError as e:
+            self.close()
+            self._auth_failed_at = time.monotonic()
+            log.debug("fetch connection to %s: %s", self.broker, e)
+            raise
+        except BaseException:
+            self.close()
+            raise
+        self._auth_failed_at = None
+        self.connects += 1
+
+    async def _authenticate(self, protocol: _Protocol) -> SaslSession:
+        host = self._host_port[0] if self._host_port else ""
+
+        async def exchange(request_struct: Any) -> Any:
+            return await self._exchange(protocol, request_struct)
+
+        try:
+            return await authenticate(
+                exchange,
+                self.security,
+                host=host,
+                broker=self.broker,
+                token_provider=self._token_provider,
+            )
+        except _IO_ERRORS as e:
+            raise self._failure(e, "SASL authentication with") from e
+
+    async def _exchange(self, protocol: _Protocol, request_struct: Any) -> Any:
+        """Send one request struct and decode its answer (the caller closes on failure).
+
+        Raises:
+            OSError, TimeoutError: the connection failed or the answer did not come in time.
+            ValueError: the answer is not the request's (``TlsAnswerError``: a TLS record).
+        """
+        transport = protocol.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionError("connection closed")
+        correlation_id = self._next_correlation_id()
+        header = request_struct.build_request_header(
+            correlation_id=correlation_id, client_id=self._client_id
+        )
+        message = header.encode() + request_struct.encode()
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        protocol.parser, protocol.waiter = _FrameReader(), waiter
+        transport.write(_I32.pack(len(message)) + message)
+        async with asyncio.timeout(self._timeout_s):
+            body = await waiter
+        buf = io.BytesIO(body)
+        answer = request_struct.parse_response_header(buf).correlation_id
+        if answer != correlation_id:
+            raise ValueError(f"correlation id {answer}, expected {correlation_id}")
+        return request_struct.RESPONSE_TYPE.decode(buf)
+
+    async def request(self, request_struct: Any) -> Any:
+        """Send one request other than Fetch (an aiokafka request struct at its version) and
+        return the decoded response; connects first if needed.
+
+        Raises:
+            BrokerNotAvailableError: as :meth:`open`, or the request failed or timed out (the
+                connection was closed).
+            SslAuthenticationError: as :meth:`open`, or the broker refused the client's
+                certificate after the handshake (TLS 1.3).
+            AuthenticationError: as :meth:`open`, or the answer was a TLS record (the port
+                speaks TLS).
+        """
+        await self.open()
+        protocol = self._protocol
+        assert protocol is not None
+        try:
+            return await self._exchange(protocol, request_struct)
+        except _IO_ERRORS as e:
+            self.close()
+            raise self._failure(e, "request to") from e
+        except BaseException:
+            self.close()
+            raise
+
+    async def _ready(self) -> None:
+        """Open the connection, or re-authenticate it when its session is due (KIP-368).
+
+        A session found past its end (the fetch loop was idle, or a long poll outlasted it)
+        is re-authenticated all the same: the broker closes an expired connection on the next
+        request other than a SaslHandshake (``SocketServer.processCompletedReceives``), and
+        takes a SaslHandshake as the start of a re-authentication.
+        """
+        session = self.session
+        if (
+            session is not None
+            and session.reauthenticate_at is not None
+            and time.monotonic() >= session.reauthenticate_at
+        ):
+            await self._reauthenticate()
+        await self.open()
+
+    async def _reauthenticate(self) -> None:
+        protocol = self._protocol
+        assert protocol is not None
+        try:
+            self._session = await self._authenticate(protocol)
+        except AuthenticationError:
+            self.close()
+            self._auth_failed_at = time.monotonic()
+            raise
+        except BaseException:
+            self.close()
+            raise
+        self.reauthentications += 1
+        log.debug("re-authenticated the fetch connection to %s", self.broker)
 
     async def fetch(self, request_struct: Any, max_wait_ms: int) -> FetchResponse:
         """Send one FetchRequest and return its decoded response.
@@ -371,14 +670,15 @@ class FetchConnection:
         Raises:
             BrokerNotAvailableError: the broker could not be reached, the connection failed
                 or timed out, or the response did not parse; the connection was closed.
+            SslAuthenticationError: the TLS handshake failed, or the broker refused the
+                client's certificate (see :meth:`open`).
+            AuthenticationError: SASL authentication or re-authentication failed (see
+                :meth:`open`); the next attempt waits ``reconnect.backoff.max.ms``.
         """
-        if not self.connected:
-            self.close()
-            self._protocol = await self._connect()
+        await self._ready()
         protocol = self._protocol
         assert protocol is not None and protocol.transport is not None
-        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
-        correlation_id = self._correlation_id
+        correlation_id = self._next_correlation_id()
         header = request_struct.build_request_header(
             correlation_id=correlation_id, client_id=self._client_id
         )
@@ -392,8 +692,8 @@ class FetchConnection:
             async with asyncio.timeout(self._timeout_s + max_wait_ms / 1000):
                 response = await waiter
             ok = True
-        except (OSError, ValueError, struct.error, UnicodeDecodeError, TimeoutError) as e:
-            raise BrokerNotAvailableError(f"fetch from broker {self.node_id} failed: {e!r}") from e
+        except _IO_ERRORS as e:
+            raise self._failure(e, "fetch from") from e
         finally:
             if not ok:
                 # Cancelled, timed out or failed with the response unread: out of sync.
@@ -405,10 +705,32 @@ class FetchConnection:
     def close(self) -> None:
         """Close the connection (never raises; a request in flight fails)."""
         protocol, self._protocol = self._protocol, None
+        self._session = None
         if protocol is not None and protocol.transport is not None:
             with contextlib.suppress(Exception):
-                protocol.transport.close()
+                if self.security.tls:
+                    # asyncio's TLS close waits for the broker's close_notify, over the
+                    # network, before it closes the socket: an event loop closed meanwhile
+                    # leaks it. Nothing is left to send (a request given up on is dropped
+                    # anyway), and Kafka needs no close_notify: close the socket at once.
+                    protocol.transport.abort()
+                else:
+                    protocol.transport.close()
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "closed"
-        return f"<FetchConnection broker {self.node_id} [{state}, {self.requests} requests]>"
+        how = self.security.describe()
+        return (
+            f"<FetchConnection broker {self.node_id} [{state}, {how}, {self.requests} requests, "
+            f"{self.connects} connects, {self.reauthentications} re-authentications]>"
+        )
+
+
+def _caused_by(exc: BaseException | None, kind: type[BaseException]) -> bool:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
