@@ -309,8 +309,10 @@ class ConsumerConfig:
             brokers' Kerberos service (GSSAPI; needs the ``gssapi`` package and a ticket).
         sasl_kerberos_domain_name: ``sasl.kerberos.domain.name``, default ``None`` (each
             broker's host name): the host part of the brokers' principal.
-        sasl_oauthbearer_token_provider: an object with ``async token() -> str`` given from
-            code (no properties key), for OAUTHBEARER: its tokens are reused until 80% of their
+        sasl_oauthbearer_token_provider: ``sasl.oauthbearer.token.provider``: an object with
+            ``async token() -> str`` given from code, or (in a properties file or a Spark
+            option) the ``module:Class`` name of one, built with no arguments; for OAUTHBEARER:
+            its tokens are reused until 80% of their
             lifetime (from the JWT's ``exp``/``iat``), with jitter, and a failing provider is
             retried with backoff.
         sasl_oauthbearer_token_endpoint_url: ``sasl.oauthbearer.token.endpoint.url``, default
@@ -646,6 +648,10 @@ class ConsumerConfig:
                     "sasl.oauthbearer.token.endpoint.url",
                     "set together with sasl_oauthbearer_token_provider; give one of them",
                 )
+            if isinstance(provider, str):
+                from aiozkconsumer.security import resolve_token_provider
+
+                provider = resolve_token_provider(provider)
             if provider is not None and not callable(getattr(provider, "token", None)):
                 raise InvalidConfigError(
                     "sasl.oauthbearer.token.provider",
@@ -882,6 +888,10 @@ class ConsumerConfig:
                 key = _KEY_ALIASES.get(key, key)
             if key in _STORE_TYPE_KEYS:
                 continue  # read with its store's location below
+            if key == "sasl.oauthbearer.token.provider":
+                if value is not None:
+                    kwargs["sasl_oauthbearer_token_provider"] = str(value).strip()
+                continue
             if key in _STORE_KEYS:
                 if value is not None:
                     type_key, name = _STORE_KEYS[key]
@@ -922,7 +932,7 @@ class ConsumerConfig:
         out: dict[str, str] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value is None or f.name in _OBJECT_FIELDS:
+            if value is None or (f.name in _OBJECT_FIELDS and not isinstance(value, str)):
                 continue
             key = f.name.replace("_", ".")
             if isinstance(value, bool):

@@ -15,6 +15,7 @@ Secrets (passwords, tokens, private-key passwords) are held in fields left out o
 
 from __future__ import annotations
 
+import pkgutil
 import re
 import ssl
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ __all__ = [
     "ZookeeperSecurity",
     "build_ssl_context",
     "jaas_credentials",
+    "resolve_token_provider",
 ]
 
 # A JAAS entry: "<LoginModule class> <flag> key=value ... ;" (Java's ConfigFile grammar, one
@@ -174,6 +176,31 @@ def build_ssl_context(
     return ctx
 
 
+def resolve_token_provider(name: str) -> Any:
+    """A new instance of the OAUTHBEARER token provider class named ``module:Class``.
+
+    ``sasl.oauthbearer.token.provider`` in a properties file (or a Spark option) names the
+    class, built with no arguments, as ``interceptor.classes`` does for interceptors.
+
+    Raises:
+        InvalidConfigError: ``key`` ``"sasl.oauthbearer.token.provider"``: the name does not
+            resolve, the class cannot be built without arguments, or it has no ``token()``.
+    """
+    key = "sasl.oauthbearer.token.provider"
+    try:
+        target = pkgutil.resolve_name(name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise InvalidConfigError(key, f"cannot load {name!r}: {e}") from None
+    try:
+        provider = target() if isinstance(target, type) else target
+    except Exception as e:
+        raise InvalidConfigError(key, f"{name!r} cannot be built without arguments: {e}") from None
+    if not callable(getattr(provider, "token", None)):
+        raise InvalidConfigError(key, f"{name!r} has no async token() method")
+    return provider
+
+
+
 @dataclass(frozen=True)
 class KafkaSecurity:
     """How Kafka connections are secured: TLS context and SASL mechanism with credentials.
@@ -244,7 +271,10 @@ class KafkaSecurity:
         sasl = config.security_protocol.startswith("SASL_")
         provider: Any = None
         if sasl and config.sasl_mechanism == "OAUTHBEARER":
-            provider = config.sasl_oauthbearer_token_provider or _EndpointSpec(
+            given = config.sasl_oauthbearer_token_provider
+            if isinstance(given, str):
+                given = resolve_token_provider(given)
+            provider = given or _EndpointSpec(
                 url=config.sasl_oauthbearer_token_endpoint_url or "",
                 client_id=config.sasl_oauthbearer_client_id,
                 client_secret=config.sasl_oauthbearer_client_secret,

@@ -400,3 +400,32 @@ def test_command_config_errors_name_the_file_and_key_not_the_secret(tmp_path: Pa
     assert result.exit_code == 2, result.output
     assert "sasl.password" in result.output and str(bad) in result.output
     assert CANARY not in result.output
+
+
+class StaticProvider:
+    """A token provider named by ``module:Class`` in a properties file."""
+
+    async def token(self) -> str:
+        return "static-token"
+
+
+def test_a_token_provider_class_is_named_in_a_properties_file() -> None:
+    name = f"{__name__}:StaticProvider"
+    config = build(
+        **{
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "OAUTHBEARER",
+            "sasl.oauthbearer.token.provider": name,
+        }
+    )
+    assert config.to_properties()["sasl.oauthbearer.token.provider"] == name
+    assert isinstance(KafkaSecurity.from_config(config).token_provider, StaticProvider)
+    with pytest.raises(InvalidConfigError) as info:
+        build(
+            **{
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "OAUTHBEARER",
+                "sasl.oauthbearer.token.provider": f"{__name__}:NoSuchProvider",
+            }
+        )
+    assert info.value.key == "sasl.oauthbearer.token.provider"
