@@ -150,7 +150,9 @@ class ConnectorStatistics:
         committed_offsets: the last offset committed (or read at claim time), per owned
             partition.
         lag: per owned partition, the high watermark of the last fetch response minus the
-            consumed offset (records not yet handed out); absent before the first fetch.
+            consumed offset (records not yet handed out); under ``isolation.level=
+            read_committed`` its last stable offset instead (records readable now); absent
+            before the first fetch.
         completed_rebalances: rebalances that ended owning their assignment, all time (not a
             Kafka group generation: a ZooKeeper-coordinated group has none).
         rebalances: the most recent rebalances (at most ``HISTORY_LIMIT``, 100), oldest
@@ -868,8 +870,8 @@ class ConsumerConnector:
             consumed_offsets=own.consumed_offsets(),
             committed_offsets=dict(own.committed),
             lag={
-                tp: max(0, hw - registry[tp].consumed_offset)
-                for tp, hw in self.fetcher.highwater.items()
+                tp: max(0, end - registry[tp].consumed_offset)
+                for tp, end in self.fetcher.lag_end.items()
                 if tp in registry and registry[tp].consumed_offset >= 0
             },
             completed_rebalances=self.coordinator.completed,

@@ -133,10 +133,11 @@ class ColumnBuilder:
     ) -> tuple[int, int, int, int]:
         """Add the records of ``batches[index:]``, batch after batch, in as few calls as can be.
 
-        The decoder reads native batches from ``index`` on, stepping over control batches,
-        until ``limit`` rows are added, a record at ``end`` or beyond comes, the list ends, or
-        an item it cannot read comes (a compressed batch, an aiokafka batch, a skipped one:
-        the caller handles it and calls again).
+        The decoder reads native batches from ``index`` on, stepping over control batches
+        and batches marked aborted (read_committed, ``kafka/transactions.py``), until
+        ``limit`` rows are added, a record at ``end`` or beyond comes, the list ends, or an
+        item it cannot read comes (a compressed batch, an aiokafka batch, a skipped one: the
+        caller handles it and calls again).
 
         Args:
             batches: a chunk's batches (a list; native batches keep their cursor).
@@ -149,8 +150,8 @@ class ColumnBuilder:
 
         Returns:
             ``(added, index, status, consumed)``: the rows added, the batch to read next, a
-            ``native.STATUS_*`` and the offset after the last row added or control batch
-            passed (``-1`` when none).
+            ``native.STATUS_*`` and the offset after the last row added or batch stepped
+            over (``-1`` when none).
 
         Raises:
             ValueError: a record does not parse and nothing was added in this call

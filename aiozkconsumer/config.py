@@ -326,8 +326,14 @@ class ConsumerConfig:
             1000, > 0: the longest pause before connecting again after a failed connection or
             authentication.
         isolation_level: ``isolation.level``, the Java client's, default
-            ``"read_uncommitted"``; ``"read_committed"`` reads up to the last stable offset and
-            leaves out the records of aborted transactions (docs/configuration.md).
+            ``"read_uncommitted"``: every record up to the high watermark, including those of
+            aborted and open transactions. ``"read_committed"``: records of committed
+            transactions and records written outside transactions, up to the last stable
+            offset (the first offset of the oldest open transaction); records of aborted
+            transactions are skipped, as the Java client's ``CompletedFetch`` skips them, and
+            their offsets and the transaction markers count as consumed. Lag is measured to the
+            last stable offset, and ``auto.offset.reset=largest`` starts there. The Spark
+            source also takes it as ``kafka.isolation.level``.
         client_rack: ``client.rack``, the Java client's, default ``None``: the rack this
             consumer runs in.
         zookeeper_auth: ``zookeeper.auth``, new, default ``None``: ``scheme:credentials``

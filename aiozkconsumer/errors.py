@@ -35,6 +35,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OffsetStorageError",
     "UnknownTopicError",
+    "UnsupportedCodecError",
     "GroupCoordinatorError",
     "SslAuthenticationError",
     "ZookeeperAuthError",
@@ -432,3 +433,58 @@ class CommitFencedError(OffsetStorageError):
             f"offset commit of group {group!r} refused for {shown}: another member claimed "
             "them since this member did (fenced)"
         )
+
+
+class UnsupportedCodecError(ConsumerError):
+    """A fetched record batch is compressed with a codec this installation cannot decompress.
+
+    gzip comes with Python; snappy, lz4 and zstd come with ``cramjam``, a dependency of
+    aiozkconsumer (through aiokafka's codecs), so this is raised only when that package is
+    missing or broken (an installation without dependencies, ``pip install --no-deps``), or
+    for a codec id Kafka does not define. The batch itself is intact (this is no
+    :class:`CorruptRecordError`): install the package and read the partition again. Nothing
+    of the batch is handed out and the consumed offset stays before it, so nothing committed
+    moves past it; the stream's other partitions go on.
+
+    Attributes:
+        topic: the topic's name.
+        partition: the partition number.
+        offset: the batch's first offset (its base offset).
+        last_offset: the batch's last offset as its header gives it.
+        codec: the codec's name (``"gzip"``, ``"snappy"``, ``"lz4"``, ``"zstd"``, or
+            ``"codec <id>"`` for an unknown id).
+        package: the Python package that brings it (``"cramjam"``), ``None`` for an unknown
+            codec.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        codec: str,
+        *,
+        last_offset: int | None = None,
+        package: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        offsets = f"offset {offset}"
+        if last_offset is not None and last_offset != offset:
+            offsets = f"offsets {offset}..{last_offset}"
+        fix = (
+            f"install the {package!r} package (pip install {package}; it is a dependency of "
+            "aiozkconsumer) and read the partition again"
+            if package is not None
+            else "no package installed here decodes it"
+        )
+        detail = f" ({reason})" if reason else ""
+        super().__init__(
+            f"record batch in partition [{topic},{partition}] at {offsets} is compressed with "
+            f"{codec}, which this installation cannot decompress{detail}: {fix}"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.last_offset = last_offset
+        self.codec = codec
+        self.package = package

@@ -23,6 +23,16 @@ The responses come over a connection of the fetch loop's own (``kafka/fetch_conn
 parsed as they arrive: each partition's record set is received straight into a buffer of its
 size, so a response is never held whole in several copies.
 
+Beyond the original (which had no transactions and no codec but gzip and snappy): with
+``isolation.level=read_committed`` the fetch asks for data up to the last stable offset and
+the batches of aborted transactions are dropped here, per batch
+(:mod:`~aiozkconsumer.kafka.transactions`, the Java client's ``CompletedFetch`` algorithm);
+the stream's iterator steps over them as over the transaction markers, so consumed offsets,
+commits and lag count them as read. Lag is measured to the last stable offset then. A batch
+compressed with a codec that cannot be decompressed here stops its partition with an
+:class:`~aiozkconsumer.errors.UnsupportedCodecError` (the batches before it are handed out
+first); the other partitions go on.
+
 Differences from the original, on purpose: an unexpected error in a fetch loop is not
 swallowed by a dying thread (the partitions would stall silently); it propagates to the
 connector's task group. ``fetch.max.bytes`` is honoured (the original sent ``Int.MaxValue``).
@@ -46,11 +56,26 @@ from aiokafka.record.memory_records import MemoryRecords
 
 from .assignors import java_string_hash
 from .cluster import EARLIEST, LATEST, KafkaClient
-from .errors import BrokerNotAvailableError, ConsumerError, CorruptRecordError, UnknownTopicError
+from .errors import (
+    AuthenticationError,
+    BrokerNotAvailableError,
+    ConsumerError,
+    CorruptRecordError,
+    UnknownTopicError,
+    UnsupportedCodecError,
+)
 from .kafka import native
 from .kafka.client import FetchChannel
 from .kafka.crc import SkippedBatch, corrupt_batches
 from .kafka.errors import PartitionError, classify_partition_error, error_name
+from .kafka.stable_offsets import list_offsets
+from .kafka.transactions import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    AbortedBatch,
+    AbortedTransactions,
+    stable_and_aborted,
+)
 from .records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
 
 __all__ = ["ConsumerFetcher", "FetchPlan", "FetcherManager", "fetcher_id_for", "plan_fetch"]
@@ -173,12 +198,19 @@ class ConsumerFetcher:
         """Apply ``auto.offset.reset`` to partitions without a valid offset.
 
         As ``ConsumerFetcherThread.handleOffsetOutOfRange``: ``smallest`` asks for the log
-        start offset, anything else for the log end offset.
+        start offset, anything else for the log end offset: under read_committed, the last
+        stable offset (as the Java client's ``seekToEnd``), so that records of a transaction
+        open now are read once it commits.
         """
         config = self.manager.config
         ts = EARLIEST if config.auto_offset_reset == "smallest" else LATEST
         try:
-            offsets = await self.manager.kafka.list_offsets(self.node_id, {p.tp: ts for p in ptis})
+            offsets = await list_offsets(
+                self.manager.kafka,
+                self.node_id,
+                {p.tp: ts for p in ptis},
+                isolation_level=self.manager.isolation_level,
+            )
         except (BrokerNotAvailableError, UnknownTopicError) as e:
             log.warning("offset reset on broker %s failed: %s", self.node_id, e)
             self._remove_with_error(p.tp for p in ptis)
@@ -244,13 +276,22 @@ class ConsumerFetcher:
                 config.fetch_wait_max_ms,
                 config.fetch_min_bytes,
                 plan.max_bytes,
-                0,  # read_uncommitted, as the original (no transactions then)
+                manager.isolation_level,
                 list(by_topic.items()),
             )
             with manager.reserve(plan.slots.values()):
                 started = time.monotonic()
                 try:
                     response = await channel.fetch(request, config.fetch_wait_max_ms)
+                except AuthenticationError as e:
+                    # Credentials or TLS refused on the loop's own connection: a leader refresh
+                    # cannot help. The connection waits reconnect.backoff.max.ms between
+                    # attempts, so this logs at most once per that period, and a rotated secret
+                    # or renewed certificate recovers without a restart.
+                    log.error("fetch from broker %s: %s", self.node_id, e)
+                    self._remove_with_error(list(self.partitions))
+                    await anyio.sleep(backoff_s)
+                    continue
                 except BrokerNotAvailableError as e:
                     log.warning("fetch from broker %s failed: %s", self.node_id, e)
                     self._remove_with_error(list(self.partitions))
@@ -291,8 +332,9 @@ class ConsumerFetcher:
                     continue  # removed or reset while the fetch was in flight
                 err = classify_partition_error(error_code)
                 if err is PartitionError.NONE:
-                    self.manager.record_highwater(tp, highwater)
-                    if await self._enqueue(pti, fetch_offset, part_data[-1]):
+                    stable, aborted = stable_and_aborted(part_data)
+                    self.manager.record_highwater(tp, highwater, stable)
+                    if await self._enqueue(pti, fetch_offset, part_data[-1], aborted):
                         fetched.append(tp)
                 elif err is PartitionError.OFFSET_OUT_OF_RANGE:
                     out_of_range.append(pti)
@@ -308,7 +350,13 @@ class ConsumerFetcher:
             await anyio.sleep(self.manager.config.refresh_leader_backoff_ms / 1000)
         return fetched
 
-    async def _enqueue(self, pti: PartitionTopicInfo, fetch_offset: int, data: Any) -> bool:
+    async def _enqueue(
+        self,
+        pti: PartitionTopicInfo,
+        fetch_offset: int,
+        data: Any,
+        aborted: list[tuple[int, int]] | None = None,
+    ) -> bool:
         """Parse a partition's record set and hand it to its stream's queue.
 
         As ``PartitionTopicInfo.enqueue``, but without its head-of-line blocking: when the
@@ -323,7 +371,14 @@ class ConsumerFetcher:
         stood in for by a :class:`~aiozkconsumer.kafka.crc.SkippedBatch`; with ``raise`` the
         batches before it are handed over and the next fetch starts at it; when it is the
         first, the iterator gets a chunk that raises ``CorruptRecordError`` and the partition
-        stops being fetched (as for a batch that is too large).
+        stops being fetched (as for a batch that is too large). A batch whose codec cannot be
+        decompressed here is handled as a corrupt one with ``raise`` (an
+        ``UnsupportedCodecError``, not counted as corrupt).
+
+        Under read_committed, the batches of aborted transactions (``aborted``: the
+        response's ``(producer id, first offset)`` list) are dropped: marked (native) or
+        replaced by an :class:`~aiozkconsumer.kafka.transactions.AbortedBatch`, which the
+        iterator steps over.
 
         Returns whether a chunk was handed over.
         """
@@ -332,7 +387,10 @@ class ConsumerFetcher:
         config = self.manager.config
         batches: list[Any] = []
         next_offset = fetch_offset
-        corrupt: CorruptRecordError | None = None
+        corrupt: CorruptRecordError | UnsupportedCodecError | None = None
+        transactions = (
+            AbortedTransactions(aborted) if aborted and self.manager.read_committed else None
+        )
         parsed = native.parse_record_set(data, pti.tp, config.check_crcs)
         if parsed is not None:
             source: Iterable[Any] = parsed[0]
@@ -347,6 +405,16 @@ class ConsumerFetcher:
                     corrupt = e
                     break
                 batch = SkippedBatch(e.offset, batch.next_offset)
+            elif transactions and transactions.aborted(batch):
+                if type(batch) is native.NativeBatch:
+                    batch.mark_aborted()  # the native loops step over it
+                else:
+                    batch = AbortedBatch(batch.base_offset, batch.next_offset, batch.producer_id)
+            elif not batch.is_control_batch and (
+                unsupported := native.unsupported_codec_error(pti.topic, pti.partition, batch)
+            ):
+                corrupt = unsupported
+                break
             batches.append(batch)
             next_offset = batch.next_offset
         if batches:
@@ -356,6 +424,10 @@ class ConsumerFetcher:
                 metrics.bytes_per_sec(pti.topic).mark(size)
                 metrics.bytes_per_sec().mark(size)
             self._hand_over(FetchedDataChunk(batches, pti, fetch_offset), next_offset)
+        elif isinstance(corrupt, UnsupportedCodecError):
+            log.error("%s; not delivered, %s stops at offset %s", corrupt, pti.tp, fetch_offset)
+            self.partitions.pop(pti.tp, None)
+            self._hand_over(FetchedDataChunk((), pti, fetch_offset, error=corrupt), fetch_offset)
         elif corrupt is not None:
             log.error(
                 "%s; not delivered, %s stops at offset %s (crc.error.action=raise)",
@@ -450,7 +522,20 @@ class FetcherManager:
         self._lag_gauges: dict[TopicPartition, Any] = {}
         self.partition_map: dict[TopicPartition, PartitionTopicInfo] = {}
         self.fetchers: dict[tuple[int, int], ConsumerFetcher] = {}
+        self.read_committed: bool = getattr(config, "isolation_level", "") == "read_committed"
+        """``isolation.level=read_committed``: fetch up to the last stable offset, drop the
+        batches of aborted transactions, measure lag to the last stable offset."""
+        self.isolation_level = READ_COMMITTED if self.read_committed else READ_UNCOMMITTED
+        """The fetch's (and offset reset's) ``isolation_level`` (0 or 1)."""
         self.highwater: dict[TopicPartition, int] = {}
+        """Per partition, the high watermark of its last fetch response."""
+        self.last_stable: dict[TopicPartition, int] = {}
+        """Per partition, the last stable offset of its last fetch response (-1 when the
+        broker gave none)."""
+        self.lag_end: dict[TopicPartition, int] = {}
+        """Per partition, where lag is measured to: the last stable offset of the last fetch
+        response under read_committed, its high watermark otherwise (as the Java client's
+        ``records-lag``)."""
         self._no_leader: dict[TopicPartition, PartitionTopicInfo] = {}
         self._no_leader_event = anyio.Event()
         self._scope: anyio.CancelScope | None = None
@@ -555,14 +640,15 @@ class FetcherManager:
         self._unregister_lag(tps)
 
     def _register_lag(self, ptis: Iterable[PartitionTopicInfo]) -> None:
-        """``ConsumerLag`` gauges: high watermark minus fetch offset, -1 before a fetch."""
+        """``ConsumerLag`` gauges: high watermark (last stable offset under read_committed)
+        minus fetch offset, -1 before a fetch."""
         if self.metrics is None:
             return
         for pti in ptis:
 
             def lag(pti: PartitionTopicInfo = pti) -> float:
-                hw = self.highwater.get(pti.tp)
-                return -1.0 if hw is None else float(max(0, hw - pti.fetched_offset))
+                end = self.lag_end.get(pti.tp)
+                return -1.0 if end is None else float(max(0, end - pti.fetched_offset))
 
             self._lag_gauges[pti.tp] = self.metrics.consumer_lag(pti.topic, pti.partition, lag)
 
@@ -663,9 +749,17 @@ class FetcherManager:
         """Run a task owned by the fetchers' task group (cancelled with them)."""
         self._tg.start_soon(fn, *args)
 
-    def record_highwater(self, tp: TopicPartition, highwater: int) -> None:
-        """Remember a partition's high watermark from a fetch response."""
+    def record_highwater(self, tp: TopicPartition, highwater: int, last_stable: int = -1) -> None:
+        """Remember a partition's high watermark and last stable offset from a fetch response.
+
+        Args:
+            tp: the partition.
+            highwater: the response's high watermark.
+            last_stable: its last stable offset (-1 when the response has none).
+        """
         self.highwater[tp] = highwater
+        self.last_stable[tp] = last_stable
+        self.lag_end[tp] = last_stable if self.read_committed and last_stable >= 0 else highwater
 
     async def _leader_finder(self) -> None:
         """The ``LeaderFinderThread``: find leaders of partitions that have none."""

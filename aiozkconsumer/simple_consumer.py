@@ -9,17 +9,20 @@ What it does that the original left to its callers: it finds each partition's le
 Kafka metadata and follows leader changes (``NotLeaderForPartition``, a broker that went away)
 by refreshing metadata and retrying a bounded number of times with exponential backoff, and
 :meth:`SimpleConsumer.fetch_range` iterates an offset range across as many fetches as needed.
+It reads at either ``isolation.level``: ``read_committed`` fetches up to the last stable offset
+and drops the records of aborted transactions (``kafka/transactions.py``).
 
 Connections, metadata and the translation of aiokafka's errors are the Kafka adapter's
 (``kafka/client.py``, ``kafka/errors.py``); record batches are parsed with aiokafka's
-``MemoryRecords`` as in ``fetcher.py``.
+``MemoryRecords`` as in ``fetcher.py``. A batch compressed with a codec that cannot be
+decompressed here raises :class:`~aiozkconsumer.errors.UnsupportedCodecError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -37,12 +40,20 @@ from .errors import (
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
+from .kafka import native
 from .kafka.crc import corrupt_batches
 from .kafka.errors import (
     RECORD_PARSE_ERRORS,
     PartitionError,
     classify_partition_error,
     error_name,
+)
+from .kafka.stable_offsets import list_offsets
+from .kafka.transactions import (
+    READ_UNCOMMITTED,
+    AbortedTransactions,
+    isolation_level_id,
+    stable_and_aborted,
 )
 from .metrics import ConsumerMetrics
 from .records import MessageAndMetadata, TopicPartition
@@ -61,8 +72,6 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-_READ_UNCOMMITTED = 0  # as the original: no transactions then; aborted records are returned
-
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
@@ -71,17 +80,22 @@ class FetchResult:
     Attributes:
         records: the data records at offsets >= the requested offset, in offset order
             (control batches — transaction markers — are skipped; records of aborted
-            transactions are included, as the original had no transactions).
+            transactions are included under read_uncommitted, as the original had no
+            transactions, and left out under read_committed).
         high_watermark: the partition's high watermark (the offset after the last committed
             record) when the broker answered.
         next_offset: the offset to fetch next: past the last complete batch returned,
-            including control batches and offsets removed by compaction; the requested offset
-            when nothing was returned.
+            including control batches, batches of aborted transactions and offsets removed
+            by compaction; the requested offset when nothing was returned.
+        last_stable_offset: the partition's last stable offset when the broker answered
+            (the first offset of its oldest open transaction, else the high watermark): where
+            a read_committed read ends for now; ``-1`` when the broker gave none.
     """
 
     records: list[MessageAndMetadata]
     high_watermark: int
     next_offset: int
+    last_stable_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +106,18 @@ class RawFetchResult:
         data: the partition's ``records`` bytes as the broker sent them (Kafka's record batch
             format; may be empty).
         high_watermark: the partition's high watermark when the broker answered.
+        last_stable_offset: the partition's last stable offset when the broker answered
+            (``-1`` when it gave none).
+        aborted_transactions: under read_committed, the response's aborted transactions
+            overlapping ``data``, ``(producer id, first offset)`` each, for
+            :func:`parse_records` (and ``RecordColumns.add_fetch``) to drop their batches;
+            ``None`` under read_uncommitted.
     """
 
     data: bytes
     high_watermark: int
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[tuple[int, int], ...] | None = None
 
 
 class _RetriableError(Exception):
@@ -109,6 +131,7 @@ def parse_records(
     max_bytes: int,
     *,
     check_crcs: bool = True,
+    aborted: Iterable[tuple[int, int]] | None = None,
 ) -> tuple[list[MessageAndMetadata], int]:
     """Parse one partition's record set from a fetch response.
 
@@ -120,19 +143,26 @@ def parse_records(
         max_bytes: the fetch size the request used (for the error message).
         check_crcs: check every batch's CRC before reading its records (``check.crcs``, as
             the original's ``ensureValid()`` on every message).
+        aborted: read_committed: the fetch response's aborted transactions for the partition
+            (``RawFetchResult.aborted_transactions``); the batches of those transactions are
+            left out (the Java client's algorithm, ``kafka/transactions.py``). ``None``
+            (read_uncommitted) leaves them in.
 
     Returns:
         ``(records, next_offset)``: the data records at offsets >= ``fetch_offset`` and the
         offset after the last complete batch (``fetch_offset`` when ``data`` is empty). When
-        a batch's CRC does not match after batches that reach past ``fetch_offset``, those
-        batches' records are returned and ``next_offset`` is where the corrupt batch starts:
-        the next parse from there raises.
+        a batch's CRC does not match, or its codec cannot be decompressed, after batches that
+        reach past ``fetch_offset``, those batches' records are returned and ``next_offset``
+        is where the bad batch starts: the next parse from there raises.
 
     Raises:
         MessageSizeTooLargeError: ``data`` is not empty but holds no complete batch: the batch
             at ``fetch_offset`` is larger than ``max_bytes``.
         CorruptRecordError: the first batch reaching past ``fetch_offset`` has a CRC that
             does not match (nothing of it is returned), or a batch does not parse.
+        UnsupportedCodecError: the first batch reaching past ``fetch_offset`` is compressed
+            with a codec that cannot be decompressed here (``cramjam`` missing); nothing of
+            it is returned.
     """
     if not data:
         return [], fetch_offset
@@ -142,6 +172,7 @@ def parse_records(
     complete = False
     topic, partition = tp.topic, tp.partition
     bad = corrupt_batches(data, tp) if check_crcs else None
+    transactions = AbortedTransactions(aborted) if aborted is not None else None
     append = records.append
     new = tuple.__new__
     mam = MessageAndMetadata
@@ -154,10 +185,22 @@ def parse_records(
                 if next_offset > fetch_offset:
                     break  # the records before it go out; the next fetch raises
                 raise bad[batch.next_offset]
+            if transactions and transactions.aborted(batch):
+                complete = True
+                next_offset = max(next_offset, batch.next_offset)
+                continue  # an aborted transaction's: stepped over, as a control batch
+            if batch.is_control_batch:
+                complete = True
+                next_offset = max(next_offset, batch.next_offset)
+                continue
+            if batch.next_offset > fetch_offset:
+                unsupported = native.unsupported_codec_error(topic, partition, batch)
+                if unsupported is not None:
+                    if next_offset > fetch_offset:
+                        break  # the records before it go out; the next fetch raises
+                    raise unsupported
             complete = True
             next_offset = max(next_offset, batch.next_offset)
-            if batch.is_control_batch:
-                continue
             for record in batch:
                 offset = record.offset
                 if offset < fetch_offset:
@@ -230,6 +273,10 @@ class SimpleConsumer:
         fetch_min_bytes: ``fetch.min.bytes``: the least data the broker waits for.
         max_retries: retries after a retriable failure (leader change, broker unreachable).
         retry_backoff_ms: the first retry's backoff; each further retry doubles it.
+        isolation_level: ``isolation.level``: ``"read_uncommitted"`` (default, as the
+            original and the Java client: every record, up to the high watermark) or
+            ``"read_committed"`` (up to the last stable offset, without the records of
+            aborted transactions; :meth:`latest_offset` is then the last stable offset).
         metrics: where to report ``FetchRequestRateAndTimeMs``, ``FetchResponseSize`` and
             ``FetchRequestThrottleRateAndTimeMs`` (per broker and for all brokers), as the
             original's ``FetchRequestAndResponseStats``, and ``CorruptBatchesPerSec``;
@@ -242,7 +289,8 @@ class SimpleConsumer:
             ``kafka_security_from_properties``); default plaintext.
 
     Raises:
-        ValueError: a timeout, size or retry count is out of range.
+        ValueError: a timeout, size or retry count is out of range, or ``isolation_level``
+            is neither value.
     """
 
     def __init__(
@@ -255,6 +303,7 @@ class SimpleConsumer:
         fetch_min_bytes: int = 1,
         max_retries: int = 3,
         retry_backoff_ms: int = 200,
+        isolation_level: str = "read_uncommitted",
         metrics: ConsumerMetrics | None = None,
         check_crcs: bool = True,
         security: KafkaSecurity | None = None,
@@ -268,6 +317,8 @@ class SimpleConsumer:
             raise ValueError("fetch_max_wait_ms and fetch_min_bytes must not be negative")
         if max_retries < 0 or retry_backoff_ms < 0:
             raise ValueError("max_retries and retry_backoff_ms must not be negative")
+        self._isolation = isolation_level_id(isolation_level)
+        self.isolation_level = isolation_level
         self.bootstrap_servers = bootstrap_servers
         self.client_id = client_id
         self.socket_timeout_ms = socket_timeout_ms
@@ -455,7 +506,9 @@ class SimpleConsumer:
 
         async def list_offset(leader: int) -> int:
             try:
-                offsets = await kafka.list_offsets(leader, {tp: timestamp})
+                offsets = await list_offsets(
+                    kafka, leader, {tp: timestamp}, isolation_level=self._isolation
+                )
             except UnknownTopicError as e:
                 # A broker that has not caught up with a new topic yet; the metadata refresh
                 # before the retry tells whether the topic is really gone.
@@ -489,7 +542,9 @@ class SimpleConsumer:
         """The log end offset: the offset the next record will get (``LatestTime``).
 
         This is the high watermark (records up to it are readable), as the original's
-        ``earliestOrLatestOffset(tp, LatestTime)``.
+        ``earliestOrLatestOffset(tp, LatestTime)``; with ``isolation_level="read_committed"``
+        the last stable offset (records up to it are readable at that level), as the Java
+        client's ``endOffsets``.
 
         Args:
             tp: the partition.
@@ -577,6 +632,9 @@ class SimpleConsumer:
                 before it are returned first, by the fetch that reaches it), or the returned
                 data does not parse. ``offset``, ``last_offset``, ``expected_crc`` and
                 ``actual_crc`` of the error say which batch and how.
+            UnsupportedCodecError: the record batch at ``offset`` is compressed with a codec
+                that cannot be decompressed here (``cramjam`` missing); as for a corrupt
+                batch, the records before it are returned first.
             UnknownTopicError: the topic or the partition does not exist (still missing
                 from the metadata after ``max_retries`` retries).
             BrokerNotAvailableError: the leader could not be reached, or kept answering
@@ -589,14 +647,19 @@ class SimpleConsumer:
         raw = await self.fetch_raw(tp, offset, max_bytes)
         try:
             records, next_offset = parse_records(
-                tp, offset, raw.data, max_bytes, check_crcs=self.check_crcs
+                tp,
+                offset,
+                raw.data,
+                max_bytes,
+                check_crcs=self.check_crcs,
+                aborted=raw.aborted_transactions,
             )
         except CorruptRecordError as e:
             if self.metrics is not None and e.expected_crc is not None:
                 self.metrics.corrupt_batches_per_sec(tp.topic).mark()
                 self.metrics.corrupt_batches_per_sec().mark()
             raise
-        return FetchResult(records, raw.high_watermark, next_offset)
+        return FetchResult(records, raw.high_watermark, next_offset, raw.last_stable_offset)
 
     async def fetch_raw(
         self, tp: TopicPartition, offset: int, max_bytes: int = 1048576
@@ -614,7 +677,9 @@ class SimpleConsumer:
 
         Returns:
             The partition's ``records`` bytes (may start before ``offset``, inside a
-            compressed batch, and may end with a partial batch) and the high watermark.
+            compressed batch, and may end with a partial batch), the high watermark, the
+            last stable offset and, under read_committed, the aborted transactions to drop
+            (the bytes hold their batches still; :func:`parse_records` drops them).
 
         Raises:
             ValueError, OffsetOutOfRangeError, UnknownTopicError, BrokerNotAvailableError,
@@ -629,7 +694,7 @@ class SimpleConsumer:
             self.fetch_max_wait_ms,
             self.fetch_min_bytes,
             max_bytes,
-            _READ_UNCOMMITTED,
+            self._isolation,
             [(tp.topic, [(tp.partition, offset, max_bytes)])],
         )
 
@@ -642,10 +707,14 @@ class SimpleConsumer:
                 self._record_fetch(metrics, leader, started, response, len(part[2]) if part else 0)
             if part is None:
                 raise _RetriableError(f"broker {leader} answered without partition {tp}")
-            error_code, high_watermark, data = part
+            error_code, high_watermark, data, stable, aborted = part
             err = classify_partition_error(error_code)
             if err is PartitionError.NONE:
-                return RawFetchResult(data, high_watermark)
+                if self._isolation == READ_UNCOMMITTED:
+                    aborted = None
+                elif aborted is None:
+                    aborted = ()
+                return RawFetchResult(data, high_watermark, stable, aborted)
             if err is PartitionError.OFFSET_OUT_OF_RANGE:
                 earliest, latest = await self._offset_range(tp)
                 raise OffsetOutOfRangeError(tp.topic, tp.partition, offset, earliest, latest)
@@ -681,10 +750,11 @@ class SimpleConsumer:
 
         Fetches as often as needed, from the next offset of each fetch (so control batches
         and compacted-away offsets are stepped over). Offsets in the range that hold no data
-        record (transaction markers, compacted records) are simply absent. If ``end`` is
-        beyond the log end, it waits for the records to be produced (each fetch at the log
-        end is held up to ``fetch_max_wait_ms``): bound it with a timeout if they may never
-        come.
+        record (transaction markers, compacted records, under read_committed the records of
+        aborted transactions) are simply absent. If ``end`` is beyond the log end (under
+        read_committed: the last stable offset), it waits for the records to be produced (or
+        their transaction to end; each fetch at the end is held up to ``fetch_max_wait_ms``):
+        bound it with a timeout if they may never come.
 
         Args:
             tp: the partition.
@@ -699,9 +769,9 @@ class SimpleConsumer:
             ValueError: ``start`` is negative or ``end < start``.
             OffsetOutOfRangeError: ``start`` (or an offset reached later, e.g. deleted by
                 retention while reading) is out of range.
-            MessageSizeTooLargeError, CorruptRecordError, UnknownTopicError,
-                BrokerNotAvailableError, ConsumerError, ConsumerClosedError: as
-                :meth:`fetch`.
+            MessageSizeTooLargeError, CorruptRecordError, UnsupportedCodecError,
+                UnknownTopicError, BrokerNotAvailableError, ConsumerError,
+                ConsumerClosedError: as :meth:`fetch`.
         """
         if start < 0 or end < start:
             raise ValueError(f"invalid offset range [{start}, {end}) for partition {tp}")
@@ -719,12 +789,22 @@ class SimpleConsumer:
         return f"<SimpleConsumer {self.bootstrap_servers} client_id={self.client_id} [{state}]>"
 
 
-def _partition_response(response: Any, tp: TopicPartition) -> tuple[int, int, bytes] | None:
-    """``(error code, high watermark, records bytes)`` of ``tp`` in a fetch response."""
+def _partition_response(
+    response: Any, tp: TopicPartition
+) -> tuple[int, int, bytes, int, tuple[tuple[int, int], ...] | None] | None:
+    """``(error code, high watermark, records bytes, last stable offset, aborted
+    transactions)`` of ``tp`` in a fetch response (``-1`` and ``None`` before Fetch v4)."""
     for topic, parts in response.topics:
         if topic != tp.topic:
             continue
         for partition, error_code, high_watermark, *rest in parts:
             if partition == tp.partition:
-                return int(error_code), int(high_watermark), rest[-1] or b""
+                stable, aborted = stable_and_aborted(rest)
+                return (
+                    int(error_code),
+                    int(high_watermark),
+                    rest[-1] or b"",
+                    int(stable),
+                    None if aborted is None else tuple((int(p), int(f)) for p, f in aborted),
+                )
     return None

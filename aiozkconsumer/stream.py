@@ -19,7 +19,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any, Final
 
-from .errors import ConsumerTimeoutError, CorruptRecordError, MessageSizeTooLargeError
+from .errors import (
+    ConsumerTimeoutError,
+    CorruptRecordError,
+    MessageSizeTooLargeError,
+    UnsupportedCodecError,
+)
 from .interceptors import Interceptors
 from .kafka import native
 from .kafka.native import NativeBatch
@@ -81,6 +86,10 @@ class ConsumerIterator:
             offset stays before it and the partition is not fetched further until the next
             rebalance. The iterator stays usable for the stream's other partitions (the
             original's iterator failed for good).
+        UnsupportedCodecError: a fetched record batch is compressed with a codec this
+            installation cannot decompress (``cramjam`` missing). As for a corrupt batch,
+            nothing of it is handed out, the partition stops before it until the next
+            rebalance, and the iterator stays usable for the stream's other partitions.
         StopAsyncIteration: the connector shut down (the shutdown sentinel arrived).
 
     While the ZooKeeper session is suspended (connection lost, session maybe expiring), records
@@ -173,7 +182,8 @@ class ConsumerIterator:
     def _next_batch_records(self) -> bool:
         """Step to the batch at ``_index`` the native loops did not read.
 
-        A control batch (or a skipped corrupt one) moves the consumed offset past it; a
+        A control batch (or a skipped corrupt one, or one of an aborted transaction under
+        read_committed) moves the consumed offset past it; a
         compressed native batch is decompressed in place (the native loop reads it next); an
         aiokafka batch becomes ``_recs``, read record by record. ``False`` when the chunk is
         used up.
@@ -339,8 +349,9 @@ class ConsumerIterator:
         """Records of the current chunk's native batches into ``out`` (at most ``room``).
 
         The decoder reads batch after batch from ``_index`` on, checks the gate's deadline
-        before every record and steps over control batches. Returns ``(appended, status)``
-        (a ``native.STATUS_*``); the consumed offset advances past what was read.
+        before every record and steps over control batches and those marked aborted.
+        Returns ``(appended, status)`` (a ``native.STATUS_*``); the consumed offset advances
+        past what was read.
         """
         target = out if plain else []
         try:
@@ -483,14 +494,14 @@ class ConsumerIterator:
 
         Raises:
             StopAsyncIteration: the stream ended (shutdown) and nothing is left.
-            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError: as
-                ``__anext__`` (a record already taken into the batch is returned first; the
-                error comes next call).
+            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError,
+                UnsupportedCodecError: as ``__anext__`` (a record already taken into the batch
+                is returned first; the error comes next call).
         """
         batch = [await self.__anext__()]
         try:
             self._poll(batch, max_records)
-        except (MessageSizeTooLargeError, CorruptRecordError) as e:
+        except (MessageSizeTooLargeError, CorruptRecordError, UnsupportedCodecError) as e:
             self._deferred = e  # the records in hand go out first; the error on the next call
         self._flush_meters()
         return batch
@@ -508,9 +519,9 @@ class ConsumerIterator:
 
         Raises:
             StopAsyncIteration: the stream ended (shutdown) and nothing is left.
-            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError: as
-                ``next_batch`` (the records already added go out first; the error comes next
-                call).
+            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError,
+                UnsupportedCodecError: as ``next_batch`` (the records already added go out
+                first; the error comes next call).
         """
         if self._deferred is not None:
             error, self._deferred = self._deferred, None
@@ -519,7 +530,7 @@ class ConsumerIterator:
         while True:
             try:
                 held = self._poll_columns(columns, start + max_records)
-            except (MessageSizeTooLargeError, CorruptRecordError) as e:
+            except (MessageSizeTooLargeError, CorruptRecordError, UnsupportedCodecError) as e:
                 if len(columns) == start:
                     raise
                 self._deferred = e  # the records in hand go out first
@@ -697,8 +708,8 @@ class KafkaStream:
 
         Raises:
             ValueError: ``max_records`` < 1.
-            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError: as iterating
-                record by record.
+            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError,
+                UnsupportedCodecError: as iterating record by record.
         """
         if max_records < 1:
             raise ValueError(f"max_records must be >= 1, not {max_records}")
@@ -745,8 +756,8 @@ class KafkaStream:
                 ``aiozkconsumer[arrow]``.
             ValueError: ``max_records`` < 1, or the stream was created with a key or value
                 decoder (the columns hold the records' bytes).
-            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError: while
-                iterating, as ``batches()``.
+            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError,
+                UnsupportedCodecError: while iterating, as ``batches()``.
         """
         if max_records < 1:
             raise ValueError(f"max_records must be >= 1, not {max_records}")

@@ -47,9 +47,22 @@ of the window to the first record, and the steady-state rate is the records afte
 over the time after it (start-up and join excluded). Not a test: nothing here asserts on
 speed.
 
+Codecs and isolation levels (``--codec none,lz4,zstd --isolation-level
+read_uncommitted,read_committed``): each dataset size is written again once per codec into
+topics of its own, with values half random and half constant (about 2:1 compressible), and
+read at each isolation level; for ``read_committed`` the topic is written in transactions of
+``--transaction-records`` records of which one in ``--abort-every`` is aborted, so the readers
+drop the aborted ones (the run counts the committed records only). The "Codecs and isolation"
+table gives each variant's steady rate and CPU per million records as ratios to the same
+contender on the ``none`` / ``read_uncommitted`` variant of the same size: the cost of
+decompression and of aborted-batch filtering. ``kafka-python`` and ``java`` run on the
+``read_uncommitted`` variants only.
+
 Usage::
 
     .venv/bin/python benchmarks/throughput.py [--quick] [--zookeeper H:P --bootstrap-server H:P]
+    .venv/bin/python benchmarks/throughput.py --quick --codec none,lz4,zstd \
+        --isolation-level read_uncommitted,read_committed --contenders azk-batch,azk-arrow
 """
 
 from __future__ import annotations
@@ -58,6 +71,7 @@ import argparse
 import asyncio
 import hashlib
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -152,6 +166,10 @@ AZK_TUNED = {"queued_max_message_chunks": 16}
 # Kafka-coordinated group timeouts of the azk-kafka-* contenders
 KAFKA_SESSION_TIMEOUT_MS = 10_000
 KAFKA_HEARTBEAT_INTERVAL_MS = 1_000
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+# Contenders that cannot read at read_committed here (no isolation setting passed through)
+UNCOMMITTED_ONLY = ("kafka-python", "java")
 
 
 # -- the children ----------------------------------------------------------------------------
@@ -191,6 +209,7 @@ async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
             auto_commit_enable=False,
             session_timeout_ms=KAFKA_SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=KAFKA_HEARTBEAT_INTERVAL_MS,
+            isolation_level=args.isolation_level,
         )
     else:
         config = ConsumerConfig(
@@ -199,6 +218,7 @@ async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
             auto_offset_reset="smallest",
             auto_commit_enable=False,
             check_crcs=not mode.endswith("-nocrc"),
+            isolation_level=args.isolation_level,
             **tuned,
         )
     batch_mode = mode in ("azk-batch", "azk-batch-nocrc", "azk-kafka-batches")
@@ -264,6 +284,7 @@ async def _aiokafka(args: argparse.Namespace, c: Counter, t0: float) -> None:
         auto_offset_reset="earliest",
         # The -nocrc variants show the cost of CRC checks (as azk-batch-nocrc does for ours).
         check_crcs=not args.contender.endswith("-nocrc"),
+        isolation_level=args.isolation_level,
     )
     await consumer.start()
     try:
@@ -296,6 +317,7 @@ def _confluent_conf(args: argparse.Namespace) -> dict[str, Any]:
         "group.id": f"bench-{uuid.uuid4().hex[:10]}",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
+        "isolation.level": args.isolation_level,
     }
     if args.contender.endswith("-tuned"):
         # librdkafka's throughput setting: refetch after 10 ms instead of 1000 ms once the
@@ -530,6 +552,122 @@ def parse_java(stdout: str) -> dict[str, Any]:
     return {}
 
 
+# -- the codec and isolation variants ---------------------------------------------------------
+
+
+def ensure_variant_topic(
+    info: ClusterInfo,
+    topic: str,
+    partitions: int,
+    records: int,
+    value_size: int,
+    codec: str,
+    transactional: bool,
+    args: argparse.Namespace,
+) -> int:
+    """Create and fill a codec variant topic unless it holds its records already.
+
+    Returns:
+        The records a run reads: all of them, or for a transactional topic the committed ones.
+    """
+    return asyncio.run(
+        _ensure_variant_topic(
+            info, topic, partitions, records, value_size, codec, transactional, args
+        )
+    )
+
+
+def _committed_records(records: int, args: argparse.Namespace) -> int:
+    per, every = args.transaction_records, args.abort_every
+    return sum(
+        min(per, records - start)
+        for i, start in enumerate(range(0, records, per))
+        if i % every != every - 1
+    )
+
+
+async def _ensure_variant_topic(
+    info: ClusterInfo,
+    topic: str,
+    partitions: int,
+    records: int,
+    value_size: int,
+    codec: str,
+    transactional: bool,
+    args: argparse.Namespace,
+) -> int:
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from aiozkconsumer.cli.demo import ExistingCluster
+
+    expected = _committed_records(records, args) if transactional else records
+    admin = AIOKafkaAdminClient(bootstrap_servers=info.bootstrap_servers)
+    await admin.start()
+    try:
+        if topic not in await admin.list_topics():
+            await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+    cluster = ExistingCluster(info.zookeeper_connect, info.bootstrap_servers)
+    have = sum((await cluster.log_end_offsets(topic)).values())
+    if have >= records:
+        return expected  # written before (the log end counts the markers too)
+    if have > 0:
+        raise SystemExit(f"topic {topic} holds {have} records, expected {records}: delete it")
+    rng = random.Random(value_size)
+    half = value_size // 2
+    values = [rng.randbytes(half) + b"v" * (value_size - half) for _ in range(64)]
+    producer = AIOKafkaProducer(
+        bootstrap_servers=info.bootstrap_servers,
+        acks="all",
+        compression_type=None if codec == "none" else codec,
+        linger_ms=20,
+        max_batch_size=512 * 1024,
+        max_request_size=8 * 1024 * 1024,
+        transactional_id=f"bench-{topic}" if transactional else None,
+        enable_idempotence=transactional,
+    )
+    await producer.start()
+    t0 = time.monotonic()
+    try:
+        if transactional:
+            per, every = args.transaction_records, args.abort_every
+            for i, start in enumerate(range(0, records, per)):
+                await producer.begin_transaction()
+                futures = [
+                    await producer.send(topic, values[k % 64], partition=k % partitions)
+                    for k in range(start, min(records, start + per))
+                ]
+                if i % every == every - 1:
+                    await producer.abort_transaction()
+                else:
+                    await producer.commit_transaction()
+                for f in futures:
+                    if not f.cancelled():
+                        f.exception()  # an aborted transaction's sends may have failed
+        else:
+            k = 0
+            while k < records:
+                futures = []
+                for p in range(partitions):
+                    batch = producer.create_batch()
+                    while k < records and batch.append(
+                        key=None, value=values[k % 64], timestamp=None
+                    ):
+                        k += 1
+                    futures.append(await producer.send_batch(batch, topic, partition=p))
+                await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    say(
+        f"produced {records:,} x {value_size} B ({codec}"
+        f"{', in transactions' if transactional else ''}) into {topic} in "
+        f"{time.monotonic() - t0:.1f} s"
+    )
+    return expected
+
+
 # -- the orchestrator ------------------------------------------------------------------------
 
 
@@ -540,6 +678,7 @@ def run_one(
     records: int,
     args: argparse.Namespace,
     java_cp: str | None,
+    isolation_level: str = "read_uncommitted",
 ) -> dict[str, Any]:
     """One run of one contender over one topic, in a child process."""
     timeout = max(120.0, records / 5_000)
@@ -566,6 +705,8 @@ def run_one(
             info.zookeeper_connect,
             "--bootstrap-server",
             info.bootstrap_servers,
+            "--isolation-level",
+            isolation_level,
         ]
         res = run_child(cmd, timeout_s=timeout)
     rep = res.report
@@ -638,6 +779,7 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--zookeeper", required=True)
     c.add_argument("--bootstrap-server", required=True)
     c.add_argument("--profile", help="write a pyinstrument profile (text) to this file")
+    c.add_argument("--isolation-level", default="read_uncommitted", choices=ISOLATION_LEVELS)
 
     parser.add_argument("--quick", action="store_true", help="smoke size: 10x fewer records")
     parser.add_argument("--small-records", type=int, default=2_000_000, help="100 B records")
@@ -653,6 +795,29 @@ def main(argv: list[str] | None = None) -> None:
         default=",".join(ALL_CONTENDERS),
         help="comma-separated subset (default: all but the extras)",
     )
+    parser.add_argument(
+        "--codec",
+        default="none",
+        help="comma-separated compression.type values of the datasets (none, gzip, snappy, "
+        "lz4, zstd); anything but none alone writes the codec variants (see above)",
+    )
+    parser.add_argument(
+        "--isolation-level",
+        default="read_uncommitted",
+        help="comma-separated isolation levels to read at (read_uncommitted, read_committed)",
+    )
+    parser.add_argument(
+        "--transaction-records",
+        type=int,
+        default=500,
+        help="records per transaction of the read_committed variants",
+    )
+    parser.add_argument(
+        "--abort-every",
+        type=int,
+        default=2,
+        help="one transaction in this many is aborted (read_committed variants)",
+    )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
         "--name", default="throughput", help="result file stem (<name>.json, <name>.md)"
@@ -667,6 +832,17 @@ def main(argv: list[str] | None = None) -> None:
         args.large_records //= 10
         args.huge_records //= 10
     contenders = [x for x in args.contenders.split(",") if x]
+    args.codecs = [x for x in args.codec.split(",") if x]
+    args.isolation_levels = [x for x in args.isolation_level.split(",") if x]
+    for value, allowed, name in (
+        (args.codecs, CODECS, "--codec"),
+        (args.isolation_levels, ISOLATION_LEVELS, "--isolation-level"),
+    ):
+        wrong = [v for v in value if v not in allowed]
+        if wrong or not value:
+            parser.error(f"{name}: {', '.join(wrong) or 'nothing'} (choose from {allowed})")
+    if args.transaction_records < 1 or args.abort_every < 1:
+        parser.error("--transaction-records and --abort-every must be >= 1")
     with cluster_from_args(args) as info:
         run(info, args, contenders)
 
@@ -682,22 +858,50 @@ def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> N
         ("10KiB", args.huge_records, 10 * 1024),
     ]
     datasets = [d for d in datasets if d[1] > 0]
-    topics = {}
+    topics: dict[str, str] = {}
+    # label -> (records a run reads, isolation level, contenders that run on it)
+    reads: dict[str, tuple[int, str, list[str]]] = {}
+    variants = args.codecs != ["none"] or args.isolation_levels != ["read_uncommitted"]
+    sized = datasets
+    if variants:
+        datasets, sized = [], datasets
+        for size_label, n, size in sized:
+            for codec in dict.fromkeys(["none", *args.codecs]):
+                for iso in dict.fromkeys(["read_uncommitted", *args.isolation_levels]):
+                    datasets.append((f"{size_label} {codec} {iso}", n, size))
     for label, n, size in datasets:
-        topic = f"bench-tp-{label}-{n}-{args.partitions}"
-        ensure_topic(info, topic, args.partitions, n, size)
+        if variants:
+            size_label, codec, iso = label.split()
+            transactional = iso == "read_committed"
+            topic = f"bench-tp-{size_label}-{n}-{args.partitions}-{codec}" + (
+                f"-txn{args.transaction_records}-{args.abort_every}" if transactional else ""
+            )
+            expected = ensure_variant_topic(
+                info, topic, args.partitions, n, size, codec, transactional, args
+            )
+            runs_on = [
+                c for c in contenders if iso == "read_uncommitted" or c not in UNCOMMITTED_ONLY
+            ]
+        else:
+            topic = f"bench-tp-{label}-{n}-{args.partitions}"
+            ensure_topic(info, topic, args.partitions, n, size)
+            expected, iso, runs_on = n, "read_uncommitted", contenders
         topics[label] = topic
+        reads[label] = (expected, iso, runs_on)
         say(f"warming the page cache: reading {topic} once (not measured)")
-        run_one("confluent-sync", info, topic, n, args, None)
+        run_one("confluent-sync", info, topic, expected, args, None, iso)
     before = machine()
     say(f"machine before: {before['uptime']}; {before['java_processes']} java processes")
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {lbl: {} for lbl, _, _ in datasets}
     loads: list[str] = []
     for rnd in range(args.repeats):
         order = contenders[rnd % len(contenders) :] + contenders[: rnd % len(contenders)]
-        for label, n, _ in datasets:
+        for label, _, _ in datasets:
+            expected, iso, runs_on = reads[label]
             for contender in order:
-                r = run_one(contender, info, topics[label], n, args, java_cp)
+                if contender not in runs_on:
+                    continue
+                r = run_one(contender, info, topics[label], expected, args, java_cp, iso)
                 runs[label].setdefault(contender, []).append(r)
                 if r["ok"]:
                     say(
@@ -748,8 +952,15 @@ def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> N
             "partitions": args.partitions,
             "repeats": args.repeats,
             "batch": args.batch,
-            "datasets": {lbl: {"records": n, "value_size": s} for lbl, n, s in datasets},
+            "datasets": {
+                lbl: {"records": reads[lbl][0], "value_size": s, "isolation_level": reads[lbl][1]}
+                for lbl, _, s in datasets
+            },
             "quick": args.quick,
+            "codecs": args.codecs,
+            "isolation_levels": args.isolation_levels,
+            "transaction_records": args.transaction_records,
+            "abort_every": args.abort_every,
         },
         "machine_before": before,
         "machine_after": after,
@@ -761,9 +972,40 @@ def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> N
         "targets": ratios,
         "crc_costs": crc_costs,
         "kafka_mode": kafka_mode_ratios(summary),
+        "variants": variant_ratios(summary) if variants else [],
         "runs": runs,
     }
     write_results(args.out_dir, args.name, data, markdown(data))
+
+
+def variant_ratios(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each codec / isolation variant against ``none`` / ``read_uncommitted`` of its size."""
+    rows = []
+    for lbl, per in summary.items():
+        size_label, codec, iso = lbl.split()
+        base = summary.get(f"{size_label} none read_uncommitted", {})
+        for contender, v in per.items():
+            b = base.get(contender)
+            if not b:
+                continue
+
+            def per_m(x: dict[str, Any]) -> float | None:
+                cpu, n = x.get("window_cpu_s"), x.get("records")
+                return cpu / n * 1e6 if cpu and n else None
+
+            rate, base_rate = v.get("steady_records_per_s"), b.get("steady_records_per_s")
+            cpu, base_cpu = per_m(v), per_m(b)
+            rows.append(
+                {
+                    "dataset": lbl,
+                    "contender": contender,
+                    "steady_records_per_s": rate,
+                    "rate_ratio": rate / base_rate if rate and base_rate else None,
+                    "cpu_per_m": cpu,
+                    "cpu_ratio": cpu / base_cpu if cpu and base_cpu else None,
+                }
+            )
+    return rows
 
 
 def kafka_mode_ratios(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -893,6 +1135,31 @@ def markdown(data: dict[str, Any]) -> str:
                         f"{fmt(r['zookeeper_first_record_s'], 3)}",
                     ]
                     for r in data["kafka_mode"]
+                ],
+            ),
+            "",
+        ]
+    if data.get("variants"):
+        out += [
+            "## Codecs and isolation",
+            "",
+            "Each variant over the same contender on the `none` / `read_uncommitted` variant "
+            f"of its size (values half random). read_committed variants: transactions of "
+            f"{s['transaction_records']} records, one in {s['abort_every']} aborted; records/s "
+            "count the committed records delivered.",
+            "",
+            md_table(
+                ["dataset", "contender", "steady records/s", "x baseline", "CPU s / M", "x CPU"],
+                [
+                    [
+                        r["dataset"],
+                        r["contender"],
+                        fmt(r["steady_records_per_s"]),
+                        fmt(r["rate_ratio"], 2),
+                        fmt(r["cpu_per_m"], 2),
+                        fmt(r["cpu_ratio"], 2),
+                    ]
+                    for r in data["variants"]
                 ],
             ),
             "",

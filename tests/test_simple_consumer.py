@@ -203,7 +203,7 @@ async def test_fetch_from_an_offset_returns_the_records(
         ]
         # At the log end: the broker holds the fetch up to fetch_max_wait_ms, then no records.
         at_end = await consumer.fetch(tp, 6)
-        assert at_end == FetchResult([], 6, 6)
+        assert at_end == FetchResult([], 6, 6, 6)  # no transaction: the LSO is the HW
 
 
 @integration

@@ -20,9 +20,11 @@ from pathlib import Path
 import anyio
 import click
 
-from ..cluster import bootstrap_from_brokers
+from ..cluster import LATEST, bootstrap_from_brokers
 from ..config import ConsumerConfig
 from ..errors import BrokerNotAvailableError, InvalidConfigError, NoBrokersError
+from ..kafka.stable_offsets import list_offsets
+from ..kafka.transactions import READ_COMMITTED
 from ..records import TopicPartition
 from ..simple_consumer import SimpleConsumer
 from ..subscription import Blacklist, TopicFilter, Whitelist
@@ -69,6 +71,7 @@ def _build_config(
     timeout_ms: int | None,
     consumer_properties: dict[str, str],
     config_file: Path | None,
+    isolation_level: str | None = None,
 ) -> tuple[ConsumerConfig, bool]:
     """The consumer config as ``ConsoleConsumer.getOldConsumerProps``; ``(config, group given)``.
 
@@ -81,6 +84,8 @@ def _build_config(
         except (OSError, UnicodeDecodeError) as e:
             raise CliError(f"cannot read {config_file}: {e}", ExitCode.USAGE) from None
     props.update(consumer_properties)
+    if isolation_level is not None:
+        props["isolation.level"] = isolation_level
     if group is not None:
         props["group.id"] = group
     group_given = bool(props.get("group.id"))
@@ -212,6 +217,10 @@ status 0, as do --max-messages, --timeout-ms, --exit-at-end and a reader that go
 With --partition (and --offset) one partition of --topic is read from an offset with a
 SimpleConsumer: no group, nothing registered in ZooKeeper, nothing committed.
 
+--isolation-level read_committed prints only the records of committed transactions (and
+those written outside transactions), up to the last stable offset, as the Java console
+consumer with --isolation-level; the default, read_uncommitted, prints every record.
+
 Brokers that cannot be reached within socket.timeout.ms, or none registered, give exit status
 3. A --topic that does not exist is waited for, with one warning.
 
@@ -315,6 +324,14 @@ Example: --format '%t [%p] at offset %o: key %k: %s\\n'
     help="Print each record through a kcat -f format string (tokens below).",
 )
 @click.option(
+    "--isolation-level",
+    "isolation_level",
+    type=click.Choice(["read_uncommitted", "read_committed"]),
+    help="isolation.level: read_committed leaves out the records of aborted transactions and "
+    "reads up to the last stable offset (transactions still open are waited for). Default: "
+    "isolation.level from the properties, else read_uncommitted.",
+)
+@click.option(
     "--sync-pipe/--no-sync-pipe",
     default=True,
     show_default=True,
@@ -341,6 +358,7 @@ def consume(
     formatter_property: tuple[str, ...],
     output: str,
     fmt: str | None,
+    isolation_level: str | None,
     sync_pipe: bool,
     zookeeper: str,
     bootstrap_server: str | None,
@@ -376,6 +394,7 @@ def consume(
                 timeout_ms=None,
                 consumer_properties=_key_values(consumer_property, "--consumer-property"),
                 config_file=consumer_config,
+                isolation_level=isolation_level,
             )[0],
             zookeeper=zookeeper,
             bootstrap_server=bootstrap_server,
@@ -396,6 +415,7 @@ def consume(
         timeout_ms=timeout_ms,
         consumer_properties=_key_values(consumer_property, "--consumer-property"),
         config_file=consumer_config,
+        isolation_level=isolation_level,
     )
     # Handing records over one by one only matters where offsets are kept: a generated
     # group is deleted on exit.
@@ -405,7 +425,9 @@ def consume(
 
     async def end_offsets(tps: Collection[TopicPartition]) -> Mapping[TopicPartition, int]:
         missing = [tp for tp in tps if tp not in end_cache]
-        if missing:
+        if missing and config.read_committed:
+            end_cache.update(await _last_stable_offsets(admin_for_ends[0], missing))
+        elif missing:
             end_cache.update(await admin_for_ends[0].list_offsets(missing, "latest"))
         return end_cache
 
@@ -490,6 +512,31 @@ def consume(
             click.echo(f"Processed a total of {consumer.count} messages", err=True)
 
 
+async def _last_stable_offsets(
+    adm: GroupAdmin, tps: Collection[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The partitions' last stable offsets: where ``--exit-at-end`` stops under read_committed
+    (records past it are not readable until their transaction ends).
+
+    Raises:
+        NoBrokersError: no broker answered a metadata request.
+        BrokerNotAvailableError: a partition has no leader, or its leader is unreachable.
+    """
+    kafka = await adm.kafka()
+    if not await kafka.refresh_metadata({tp.topic for tp in tps}):
+        raise NoBrokersError(f"no broker of {kafka.bootstrap_servers!r} answered")
+    by_leader: dict[int, dict[TopicPartition, int]] = {}
+    for tp in tps:
+        leader = kafka.leader_for(tp)
+        if leader is None:
+            raise BrokerNotAvailableError(f"partition {tp} has no leader")
+        by_leader.setdefault(leader, {})[tp] = LATEST
+    ends: dict[TopicPartition, int] = {}
+    for leader, wanted in sorted(by_leader.items()):
+        ends.update(await list_offsets(kafka, leader, wanted, isolation_level=READ_COMMITTED))
+    return ends
+
+
 def _consume_partition(
     *,
     topic: str | None,
@@ -542,6 +589,7 @@ def _consume_partition(
             socket_timeout_ms=config.socket_timeout_ms,
             fetch_max_wait_ms=config.fetch_wait_max_ms,
             fetch_min_bytes=config.fetch_min_bytes,
+            isolation_level=config.isolation_level,
         )
         try:
             await _reach_kafka(simple.start, where, config.socket_timeout_ms)

@@ -198,6 +198,7 @@ typedef struct {
     PyObject_HEAD
     Py_buffer view;         /* the bytes the records are read from (held) */
     Py_ssize_t start, end;  /* the batch in the fetched record set (header included) */
+    Py_ssize_t rec_start;   /* the first record in view */
     Py_ssize_t rec_end;     /* end of the records in view */
     Py_ssize_t pos;         /* the next record in view (the cursor) */
     int32_t index;          /* records read so far */
@@ -211,6 +212,7 @@ typedef struct {
     int8_t magic;
     uint32_t crc;
     int64_t last_offset;    /* the offset of the last record handed out, -1 when none */
+    int8_t aborted;         /* of an aborted transaction (read_committed): stepped over */
 } BatchObject;
 
 static PyTypeObject BatchType;
@@ -728,7 +730,8 @@ static int batch_columns(BatchObject *self, ColumnsObject *c, long long min_offs
 }
 
 /* The batch at batches[index] when the native loops can read it: an uncompressed, non-control
-   native batch. Control batches are stepped over (*consumed moves past them). */
+   native batch. Control batches, and batches marked aborted (read_committed), are stepped over
+   (*consumed moves past them). */
 enum { STATUS_FOREIGN = 4, STATUS_TS_TYPE = 5, STATUS_ERROR = 6 };
 
 /*
@@ -738,11 +741,11 @@ enum { STATUS_FOREIGN = 4, STATUS_TS_TYPE = 5, STATUS_ERROR = 6 };
  * The records of batches[index:] (a list), batch after batch, into `out`, until `limit`
  * records are appended (STATUS_FULL), the deadline passes (STATUS_GATE), the list ends
  * (STATUS_DONE), or an item the loop cannot read is reached (STATUS_FOREIGN: a compressed
- * batch, a batch of aiokafka's, a skipped batch; `index` points at it). Control batches are
- * stepped over. `consumed`: the offset after the last record appended or control batch
- * passed, -1 when none. A malformed record raises MalformedBatch (a ValueError) when nothing
- * was appended in this call; otherwise the call returns what it has with STATUS_ERROR and
- * the next one raises.
+ * batch, a batch of aiokafka's, a skipped batch; `index` points at it). Control batches and
+ * batches marked aborted (Batch.mark_aborted, read_committed) are stepped over. `consumed`:
+ * the offset after the last record appended or batch stepped over, -1 when none. A
+ * malformed record raises MalformedBatch (a ValueError) when nothing was appended in this
+ * call; otherwise the call returns what it has with STATUS_ERROR and the next one raises.
  */
 static PyObject *take_messages_from(PyObject *mod, PyObject *args) {
     (void)mod;
@@ -772,7 +775,8 @@ static PyObject *take_messages_from(PyObject *mod, PyObject *args) {
             break;
         }
         BatchObject *b = (BatchObject *)item;
-        if (b->attributes & 0x20) { /* a control batch: a transaction marker */
+        if ((b->attributes & 0x20) || b->aborted) {
+            /* A control batch (a transaction marker) or an aborted transaction's batch. */
             long long next = b->base_offset + b->last_offset_delta + 1;
             if (next > consumed) consumed = next;
             index++;
@@ -839,7 +843,7 @@ static PyObject *take_columns_from(PyObject *mod, PyObject *args) {
         }
         BatchObject *b = (BatchObject *)item;
         long long next = b->base_offset + b->last_offset_delta + 1;
-        if (b->attributes & 0x20) {
+        if ((b->attributes & 0x20) || b->aborted) {
             if (b->base_offset >= end_offset) {
                 status = STATUS_END;
                 break;
@@ -1062,6 +1066,7 @@ static PyObject *Batch_with_records(BatchObject *self, PyObject *arg) {
     b->start = self->start;
     b->end = self->end;
     b->pos = 0;
+    b->rec_start = 0;
     b->rec_end = b->view.len;
     b->index = 0;
     b->base_offset = self->base_offset;
@@ -1074,6 +1079,7 @@ static PyObject *Batch_with_records(BatchObject *self, PyObject *arg) {
     b->magic = self->magic;
     b->crc = self->crc;
     b->last_offset = -1;
+    b->aborted = self->aborted;
     return (PyObject *)b;
 }
 
@@ -1098,6 +1104,39 @@ static PyObject *Batch_timestamp_type(BatchObject *self, void *c) {
 static PyObject *Batch_next_offset(BatchObject *self, void *c) {
     (void)c;
     return PyLong_FromLongLong(self->base_offset + self->last_offset_delta + 1);
+}
+static PyObject *Batch_is_transactional(BatchObject *self, void *c) {
+    (void)c;
+    return PyBool_FromLong(self->attributes & 0x10);
+}
+static PyObject *Batch_get_aborted(BatchObject *self, void *c) {
+    (void)c;
+    return PyBool_FromLong(self->aborted);
+}
+/* The type of a control batch's first record (its key: version int16, type int16): 0 ABORT,
+   1 COMMIT, as ControlRecordType; -1 for a batch that is not an uncompressed control batch
+   with such a record. */
+static PyObject *Batch_control_type(BatchObject *self, void *c) {
+    (void)c;
+    if (!(self->attributes & 0x20) || (self->attributes & 0x07) || self->record_count < 1)
+        return PyLong_FromLong(-1);
+    Record r;
+    int32_t saved_index = self->index;
+    self->index = 0;
+    int rc = decode_record(self, self->rec_start, &r);
+    self->index = saved_index;
+    if (rc < 0) {
+        PyErr_Clear();
+        return PyLong_FromLong(-1);
+    }
+    if (!r.key || r.key_len < 4) return PyLong_FromLong(-1);
+    return PyLong_FromLong(be16(r.key + 2));
+}
+static PyObject *Batch_mark_aborted(BatchObject *self, PyObject *Py_UNUSED(ignored)) {
+    /* read_committed: the batch belongs to an aborted transaction; the take loops step over
+       it as over a control batch (the consumed offset moves past it, no record is read). */
+    self->aborted = 1;
+    Py_RETURN_NONE;
 }
 static PyObject *Batch_exhausted(BatchObject *self, void *c) {
     (void)c;
@@ -1129,6 +1168,12 @@ static PyGetSetDef Batch_getset[] = {
      NULL},
     {"next_offset", (getter)Batch_next_offset, NULL, "the offset after the last one", NULL},
     {"exhausted", (getter)Batch_exhausted, NULL, "every record has been read", NULL},
+    {"is_transactional", (getter)Batch_is_transactional, NULL,
+     "written by a transactional producer (attributes bit 0x10)", NULL},
+    {"aborted", (getter)Batch_get_aborted, NULL,
+     "marked as a batch of an aborted transaction (mark_aborted)", NULL},
+    {"control_type", (getter)Batch_control_type, NULL,
+     "a control batch's marker type: 0 ABORT, 1 COMMIT; -1 otherwise", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1137,6 +1182,8 @@ static PyMethodDef Batch_methods[] = {
      "with_records(payload) -> this batch over its decompressed records"},
     {"records_bytes", (PyCFunction)Batch_records_bytes, METH_NOARGS,
      "records_bytes() -> bytes of the records part (compressed or not)"},
+    {"mark_aborted", (PyCFunction)Batch_mark_aborted, METH_NOARGS,
+     "mark_aborted(): a batch of an aborted transaction; the take loops step over it"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1209,6 +1256,7 @@ static PyObject *parse_record_set(PyObject *mod, PyObject *args) {
         b->start = pos;
         b->end = stop;
         b->pos = pos + HEADER_SIZE;
+        b->rec_start = pos + HEADER_SIZE;
         b->rec_end = stop;
         b->index = 0;
         b->base_offset = be64(h);
@@ -1221,6 +1269,7 @@ static PyObject *parse_record_set(PyObject *mod, PyObject *args) {
         b->producer_id = be64(h + 43);
         b->record_count = be32(h + 57);
         b->last_offset = -1;
+        b->aborted = 0;
         if (b->record_count < 0) b->record_count = 0;
         if (PyList_Append(batches, (PyObject *)b) < 0) {
             Py_DECREF(b);

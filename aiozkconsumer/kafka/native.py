@@ -11,8 +11,11 @@ fetched record set's magic-2 record batches in place and
   value bytes are copied once, from the fetched bytes into the column's data buffer, and the
   buffers become a ``pyarrow.RecordBatch`` without another copy.
 
-Decompression stays with aiokafka's codecs (:func:`decompressed`), and record sets holding a
-batch of magic 0 or 1 go to aiokafka's parser whole. Where the extension was not built (no
+Decompression stays with aiokafka's codecs (:func:`decompressed`; gzip from the standard
+library, snappy, lz4 and zstd through ``cramjam``, a dependency), and record sets holding a
+batch of magic 0 or 1 go to aiokafka's parser whole. :func:`unsupported_codec_error` tells the
+readers, from a batch header, that a codec cannot be decoded here (``cramjam`` missing),
+before they hand anything of the batch out. Where the extension was not built (no
 C compiler at install time) or ``AIOZKCONSUMER_NATIVE=0`` is set, :data:`AVAILABLE` is false
 and every path uses aiokafka's (Cython) parser, with the same results.
 """
@@ -22,12 +25,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import aiokafka.codec
 from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, UnsupportedCodecError
 
 __all__ = [
     "AVAILABLE",
+    "CODEC_NAMES",
+    "CODEC_PACKAGE",
     "STATUS_DONE",
     "STATUS_END",
     "STATUS_ERROR",
@@ -37,10 +43,14 @@ __all__ = [
     "STATUS_TS_TYPE",
     "NativeBatch",
     "NativeColumns",
+    "MissingCodecError",
+    "codec_available",
+    "compression_of",
     "decompressed",
     "malformed_error",
     "native",
     "parse_record_set",
+    "unsupported_codec_error",
 ]
 
 native: Any
@@ -75,13 +85,97 @@ STATUS_ERROR = 6
 
 _CODECS = {1: gzip_decode, 2: snappy_decode, 3: lz4_decode, 4: zstd_decode}
 
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+"""A record batch's codec id (attributes & 7) -> the codec's name (``compression.type``)."""
+
+CODEC_PACKAGE = "cramjam"
+"""The package aiokafka's snappy, lz4 and zstd codecs need (gzip is the standard library's)."""
+
+_HAS_CODEC = {1: "has_gzip", 2: "has_snappy", 3: "has_lz4", 4: "has_zstd"}
+
+
+class MissingCodecError(ValueError):
+    """:func:`decompressed` of a batch whose codec is not available here; args: ``(name,)``.
+
+    Callers turn it into an :class:`~aiozkconsumer.errors.UnsupportedCodecError` with
+    :func:`malformed_error`.
+    """
+
+
+def codec_available(codec: int) -> bool:
+    """Whether batches of a codec id can be decompressed (asked of aiokafka's codecs each time).
+
+    Args:
+        codec: a record batch's codec id (``0`` none, ``1`` gzip, ``2`` snappy, ``3`` lz4,
+            ``4`` zstd).
+
+    Returns:
+        ``True`` for ``0`` and for a codec whose library is importable; ``False`` for one
+        missing and for an id Kafka does not define.
+    """
+    if codec == 0:
+        return True
+    name = _HAS_CODEC.get(codec)
+    return name is not None and bool(getattr(aiokafka.codec, name)())
+
+
+def compression_of(batch: Any) -> int:
+    """The codec id of a batch of either parser (``0`` for placeholders without one)."""
+    codec = getattr(batch, "compression", None)  # the native batch's
+    if codec is None:
+        codec = getattr(batch, "compression_type", 0)  # aiokafka's
+    return int(codec or 0)
+
+
+def unsupported_codec_error(topic: str, partition: int, batch: Any) -> UnsupportedCodecError | None:
+    """The error for a batch compressed with a codec that cannot be decompressed here.
+
+    Checked on the batch header before any record of it is handed out, by every reader of
+    fetched record sets (aiokafka's parser would only fail when the batch is read).
+
+    Args:
+        topic: the partition's topic.
+        partition: the partition.
+        batch: a record batch of either parser.
+
+    Returns:
+        ``None`` when the batch is not compressed or its codec is available; otherwise the
+        :class:`~aiozkconsumer.errors.UnsupportedCodecError` naming the codec, the batch's
+        offsets and the package to install.
+    """
+    codec = compression_of(batch)
+    if codec_available(codec):
+        return None
+    return _codec_error(topic, partition, batch, codec)
+
+
+def _codec_error(topic: str, partition: int, batch: Any, codec: int) -> UnsupportedCodecError:
+    name = CODEC_NAMES.get(codec)
+    last = int(batch.next_offset) - 1
+    first = int(getattr(batch, "base_offset", last))  # a legacy wrapper: its last offset
+    if name is None:
+        return UnsupportedCodecError(
+            topic, partition, first, f"codec {codec}", last_offset=last, reason="unknown codec id"
+        )
+    return UnsupportedCodecError(
+        topic,
+        partition,
+        first,
+        name,
+        last_offset=last,
+        package=CODEC_PACKAGE if codec != 1 else None,
+        reason=f"aiokafka.codec.has_{name}() is false",
+    )
+
 
 def decompressed(batch: Any) -> Any:
     """The batch over its decompressed records (itself when it is not compressed).
 
     Raises:
+        MissingCodecError: the batch's codec is not available here (a ``ValueError``).
         ValueError: the batch names an unknown codec, or its records do not decompress
-            (callers turn it into a ``CorruptRecordError`` with :func:`malformed_error`).
+            (callers turn either into a ``CorruptRecordError`` or an
+            ``UnsupportedCodecError`` with :func:`malformed_error`).
     """
     codec = batch.compression
     if codec == 0:
@@ -89,6 +183,8 @@ def decompressed(batch: Any) -> Any:
     decode = _CODECS.get(codec)
     if decode is None:
         raise ValueError(f"unknown compression codec {codec} in batch at {batch.base_offset}")
+    if not codec_available(codec):
+        raise MissingCodecError(CODEC_NAMES[codec])
     try:
         payload = decode(batch.records_bytes())
     except Exception as e:  # each codec has its own errors
@@ -96,8 +192,13 @@ def decompressed(batch: Any) -> Any:
     return batch.with_records(payload)
 
 
-def malformed_error(topic: str, partition: int, batch: Any, error: Exception) -> CorruptRecordError:
+def malformed_error(
+    topic: str, partition: int, batch: Any, error: Exception
+) -> CorruptRecordError | UnsupportedCodecError:
     """The error for a batch the decoder refused (a ``ValueError`` of the native module).
+
+    A :class:`MissingCodecError` becomes an ``UnsupportedCodecError`` (the batch is intact);
+    anything else a ``CorruptRecordError``.
 
     Args:
         topic: the partition's topic.
@@ -106,6 +207,8 @@ def malformed_error(topic: str, partition: int, batch: Any, error: Exception) ->
             name the batch, e.g. a header key that is not UTF-8); may be ``None``.
         error: the decoder's error; a ``MalformedBatch`` carries the bad batch's offsets.
     """
+    if isinstance(error, MissingCodecError) and batch is not None:
+        return _codec_error(topic, partition, batch, compression_of(batch))
     if native is not None and isinstance(error, native.MalformedBatch):
         message, first, last = error.args
         return CorruptRecordError(topic, partition, first, message, last_offset=last)

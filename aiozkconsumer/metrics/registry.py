@@ -420,8 +420,9 @@ class ConsumerMetrics:
         """Register ``kafka.server:type=FetcherLagMetrics,name=ConsumerLag`` for a partition.
 
         As the original, this is the *fetch* lag: high watermark minus fetch offset after the
-        partition's last fetch (-1 before the first). Remove it when the partition leaves
-        its fetcher.
+        partition's last fetch (-1 before the first); under ``isolation.level=read_committed``
+        the last stable offset minus fetch offset (as the Java client's ``records-lag``).
+        Remove it when the partition leaves its fetcher.
 
         Args:
             topic: the topic.

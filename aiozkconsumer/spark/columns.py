@@ -11,12 +11,14 @@ and turns them into a ``pyarrow.RecordBatch`` in
 record sets with magic 0/1 batches) aiokafka's parser yields the records into per-column
 lists instead. The rules are those of
 :func:`~aiozkconsumer.simple_consumer.parse_records` (which the connector's fetcher uses):
-control batches are skipped, records before the fetch offset (inside a compressed batch) are
+control batches are skipped, under read_committed so are the batches of aborted transactions
+(``kafka/transactions.py``), records before the fetch offset (inside a compressed batch) are
 left out, and the next offset is the one after the last complete batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from aiokafka.record.default_records import DefaultRecordBatch
@@ -27,6 +29,7 @@ from ..errors import CorruptRecordError
 from ..kafka import native
 from ..kafka.crc import check_record_set
 from ..kafka.errors import RECORD_PARSE_ERRORS
+from ..kafka.transactions import AbortedTransactions, drop_aborted
 from ..records import TopicPartition
 from ..simple_consumer import corrupt_record_error, message_too_large_error
 from .schema import arrow_schema
@@ -56,7 +59,14 @@ class RecordColumns(ColumnBuilder):
         super().__init__(include_headers=include_headers, schema=arrow_schema(include_headers))
         self.tp = tp
 
-    def add_fetch(self, data: bytes, fetch_offset: int, end: int, max_bytes: int) -> int:
+    def add_fetch(
+        self,
+        data: bytes,
+        fetch_offset: int,
+        end: int,
+        max_bytes: int,
+        aborted: Iterable[tuple[int, int]] | None = None,
+    ) -> int:
         """Parse one fetch response's record set and add its records in ``[fetch_offset, end)``.
 
         Args:
@@ -64,6 +74,9 @@ class RecordColumns(ColumnBuilder):
             fetch_offset: the offset the fetch asked for; records below it are left out.
             end: the offset after the last one wanted; records at or after it are left out.
             max_bytes: the fetch size the request used (for the error message).
+            aborted: read_committed: the response's aborted transactions
+                (``RawFetchResult.aborted_transactions``); their batches are left out.
+                ``None`` (read_uncommitted) leaves them in.
 
         Returns:
             The offset to fetch next: after the last complete batch in ``data`` (control
@@ -74,18 +87,23 @@ class RecordColumns(ColumnBuilder):
             MessageSizeTooLargeError: ``data`` is not empty but holds no complete batch (a
                 batch at ``fetch_offset`` larger than ``max_bytes``).
             CorruptRecordError: a batch does not parse.
+            UnsupportedCodecError: a batch with records wanted is compressed with a codec
+                that cannot be decompressed here (``cramjam`` missing).
         """
         if not data:
             return fetch_offset
         if self.native_decoder:
             parsed = native.parse_record_set(data, self.tp, True)  # check.crcs, always on
             if parsed is not None:
+                if aborted:
+                    drop_aborted(parsed[0], aborted)  # marked: the native loops step over
                 return self._add_native_fetch(parsed, fetch_offset, end, max_bytes)
         check_record_set(data, self.tp)  # check.crcs, always on for Spark: raises
         memory_records = MemoryRecords(bytes(data))
         next_offset = fetch_offset
         complete = False
         topic, partition = self.tp.topic, self.tp.partition
+        transactions = AbortedTransactions(aborted) if aborted else None
         try:
             while memory_records.has_next():
                 batch = memory_records.next_batch()
@@ -94,8 +112,13 @@ class RecordColumns(ColumnBuilder):
                 complete = True
                 batch_next = batch.next_offset
                 next_offset = max(next_offset, batch_next)
+                if transactions and transactions.aborted(batch):
+                    continue
                 if batch_next <= fetch_offset or batch.is_control_batch:
                     continue
+                unsupported = native.unsupported_codec_error(topic, partition, batch)
+                if unsupported is not None:
+                    raise unsupported
                 if not isinstance(batch, DefaultRecordBatch):
                     self.add_legacy_records(batch, topic, partition, fetch_offset, end)
                     continue

@@ -11,6 +11,10 @@ and the event loop they live on between tasks (:class:`ExecutorConsumers`): a ta
 pay for connecting and reading metadata again. A task that fails closes the consumer it
 used, so the retry starts with a fresh one (as the Kafka source invalidates a failed task's
 consumer).
+
+Under ``kafka.isolation.level=read_committed`` (``isolation.level``) a task fetches at that level
+and leaves out the records of aborted transactions; the driver plans its ranges up to the last
+stable offset, so a task never waits for an open transaction.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ class ZkKafkaInputPartition(InputPartition):
         socket_timeout_ms: ``socket.timeout.ms``.
         fetch_wait_max_ms: ``fetch.wait.max.ms``.
         retry_backoff_ms: ``refresh.leader.backoff.ms``: first backoff after a leader change.
+        isolation_level: ``isolation.level``: ``"read_uncommitted"`` (default) or
+            ``"read_committed"`` (the records of aborted transactions are left out).
     """
 
     topic: str
@@ -88,6 +94,7 @@ class ZkKafkaInputPartition(InputPartition):
     socket_timeout_ms: int = 30000
     fetch_wait_max_ms: int = 100
     retry_backoff_ms: int = 200
+    isolation_level: str = "read_uncommitted"
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,7 @@ CONSUMER_POOL_CAPACITY = 16
 """Started consumers a worker thread keeps at most (least recently used closed first)."""
 
 
-_ConsumerKey = tuple[str, str, int, int, int]
+_ConsumerKey = tuple[str, str, int, int, int, str]
 
 
 def _consumer_key(part: ZkKafkaInputPartition) -> _ConsumerKey:
@@ -124,6 +131,7 @@ def _consumer_key(part: ZkKafkaInputPartition) -> _ConsumerKey:
         part.socket_timeout_ms,
         part.fetch_wait_max_ms,
         part.retry_backoff_ms,
+        part.isolation_level,
     )
 
 
@@ -185,6 +193,7 @@ class ExecutorConsumers:
             socket_timeout_ms=part.socket_timeout_ms,
             fetch_max_wait_ms=part.fetch_wait_max_ms,
             retry_backoff_ms=part.retry_backoff_ms,
+            isolation_level=part.isolation_level,
         )
         try:
             self.loop.run_until_complete(consumer.start())
@@ -246,7 +255,9 @@ async def _fetch_range(
                 continue
             log.warning("%s; skipping the rest of [%d, %d)", lost, part.start, end)
             break
-        next_offset = columns.add_fetch(raw.data, offset, end, part.max_bytes)
+        next_offset = columns.add_fetch(
+            raw.data, offset, end, part.max_bytes, raw.aborted_transactions
+        )
         chunk_bytes += len(raw.data)
         if len(columns) >= ARROW_BATCH_ROWS or chunk_bytes >= ARROW_BATCH_BYTES:
             yield columns.take_batch()
@@ -262,9 +273,15 @@ async def _fetch_range(
             break
         empty += 1
         if empty > _EMPTY_FETCH_RETRIES:
+            stable = (
+                f" (read_committed: the last stable offset is {raw.last_stable_offset}, a "
+                "transaction is open)"
+                if 0 <= raw.last_stable_offset <= offset
+                else ""
+            )
             raise BrokerNotAvailableError(
                 f"{tp}: {empty} fetches at offset {offset} returned nothing below the "
-                f"high watermark {raw.high_watermark}"
+                f"high watermark {raw.high_watermark}{stable}"
             )
     if len(columns):
         yield columns.take_batch()
@@ -275,7 +292,8 @@ def read_offset_range(part: ZkKafkaInputPartition) -> Iterator[pa.RecordBatch]:
 
     Runs in an executor's Python worker, on the worker thread's loop with a pooled consumer
     (see :class:`ExecutorConsumers`). Offsets that hold no data record (transaction markers,
-    compacted records) are simply absent.
+    compacted records, under read_committed the records of aborted transactions) are simply
+    absent.
 
     Args:
         part: the range and the connection settings.
@@ -288,6 +306,8 @@ def read_offset_range(part: ZkKafkaInputPartition) -> Iterator[pa.RecordBatch]:
             (with ``fail_on_data_loss``).
         KafkaConnectionError: no bootstrap broker answered.
         BrokerNotAvailableError: the leader could not be reached after retries.
+        CorruptRecordError, UnsupportedCodecError: a fetched batch is corrupt, or compressed
+            with a codec that cannot be decompressed here (see ``RecordColumns.add_fetch``).
         ConsumerError: another fetch failure (see ``SimpleConsumer.fetch``).
     """
     if part.start >= part.end:

@@ -109,6 +109,7 @@ _CONFIG_KEYS = frozenset(ConsumerConfig.__dataclass_fields__)
 # Other names of consumer properties: the Kafka source's prefixed one and the Java client's.
 _PROPERTY_ALIASES = {
     "kafka.bootstrap.servers": "bootstrap.servers",
+    "kafka.isolation.level": "isolation.level",
     "enable.auto.commit": "auto.commit.enable",
 }
 
@@ -296,8 +297,11 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     the default) needs ``zookeeper.connect``, a Kafka-coordinated one
     (``group.coordinator=kafka``) needs ``bootstrap.servers`` and no ZooKeeper;
     ``offsets.storage``, ``zookeeper.session.timeout.ms``, ``session.timeout.ms``,
-    ``fetch.message.max.bytes``, ... pass through. ``kafka.bootstrap.servers`` is read as
-    ``bootstrap.servers`` and ``enable.auto.commit`` as ``auto.commit.enable``. Without
+    ``fetch.message.max.bytes``, ``isolation.level``, ... pass through.
+    ``kafka.bootstrap.servers`` is read as ``bootstrap.servers``, ``kafka.isolation.level``
+    (the Kafka source's spelling: ``read_committed`` reads committed transactions only, up
+    to the last stable offset) as ``isolation.level`` and ``enable.auto.commit`` as
+    ``auto.commit.enable``. Without
     ``startingOffsets``, ``auto.offset.reset`` is honoured (``smallest`` = earliest).
 
     Every error is an :class:`InvalidConfigError` whose message is one line naming the

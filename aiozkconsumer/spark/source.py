@@ -70,6 +70,8 @@ from ..errors import (
     UnknownTopicError,
     ZookeeperError,
 )
+from ..kafka.stable_offsets import list_offsets
+from ..kafka.transactions import isolation_level_id
 from ..offsets import KafkaOffsetStore
 from ..records import TopicPartition
 from ..security import KafkaSecurity
@@ -272,7 +274,9 @@ class GroupMember:
         attempts = 4
         for attempt in range(1, attempts + 1):
             try:
-                return await _list_offsets_once(kafka, tps, timestamp)
+                return await _list_offsets_once(
+                    kafka, tps, timestamp, isolation_level_id(c.config.isolation_level)
+                )
             except (BrokerNotAvailableError, NoBrokersError) as e:
                 if attempt == attempts:
                     raise
@@ -353,8 +357,10 @@ class GroupMember:
 
 
 async def _list_offsets_once(
-    kafka: KafkaClient, tps: list[TopicPartition], timestamp: int
+    kafka: KafkaClient, tps: list[TopicPartition], timestamp: int, isolation_level: int = 0
 ) -> dict[TopicPartition, int]:
+    """Offsets of ``tps`` from their leaders; under read_committed (``isolation_level`` 1)
+    ``LATEST`` is the last stable offset, so ranges end where a read_committed read can."""
     if not await kafka.refresh_metadata({tp.topic for tp in tps}):
         raise NoBrokersError(f"no broker of {kafka.bootstrap_servers!r} answered")
     by_leader: dict[int, dict[TopicPartition, int]] = {}
@@ -368,7 +374,7 @@ async def _list_offsets_once(
         by_leader.setdefault(leader, {})[tp] = timestamp
     result: dict[TopicPartition, int] = {}
     for leader, wanted in sorted(by_leader.items()):
-        result.update(await kafka.list_offsets(leader, wanted))
+        result.update(await list_offsets(kafka, leader, wanted, isolation_level=isolation_level))
     missing = sorted(set(tps) - set(result))
     if missing:
         raise BrokerNotAvailableError(f"no offset for {', '.join(map(str, missing))}")
@@ -617,6 +623,7 @@ def _input_partition(
         "socket_timeout_ms": cfg.socket_timeout_ms,
         "fetch_wait_max_ms": cfg.fetch_wait_max_ms,
         "retry_backoff_ms": cfg.refresh_leader_backoff_ms,
+        "isolation_level": cfg.isolation_level,
     }
     if batch:
         return ZkKafkaBatchPartition(
@@ -725,7 +732,12 @@ class _GroupOffsets:
     ) -> dict[TopicPartition, int]:
         if not tps:
             return {}
-        return await _list_offsets_once(await self.kafka(), list(tps), timestamp)
+        return await _list_offsets_once(
+            await self.kafka(),
+            list(tps),
+            timestamp,
+            isolation_level_id(self.config.isolation_level),
+        )
 
     async def committed(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offsets (next offset to read) of the partitions it has one."""
