@@ -35,6 +35,7 @@ __all__ = [
     "cluster_options",
     "connection_security",
     "group_admin",
+    "security_properties",
     "echo_json",
     "exit_code_for",
     "output_option",
@@ -118,6 +119,14 @@ def output_option(f: _F) -> _F:
 
 _KAFKA_SECURITY = "aiozkconsumer.kafka_security"
 _ZK_SECURITY = "aiozkconsumer.zookeeper_security"
+_SECURITY_PROPS = "aiozkconsumer.security_properties"
+
+
+def security_properties() -> dict[str, str]:
+    """The raw properties of ``--command-config`` and ``--zk-tls-config-file`` (for commands
+    that build a whole consumer config from them; empty when neither was given)."""
+    ctx = click.get_current_context(silent=True)
+    return dict(ctx.meta.get(_SECURITY_PROPS, {})) if ctx is not None else {}
 
 
 def _read_properties_file(param: click.Parameter, path: str) -> dict[str, str]:
@@ -136,6 +145,7 @@ def _command_config(ctx: click.Context, param: click.Parameter, value: str | Non
     from ..config import kafka_security_from_properties, zookeeper_security_from_properties
 
     props = _read_properties_file(param, value)
+    ctx.meta.setdefault(_SECURITY_PROPS, {}).update(props)
     try:
         ctx.meta[_KAFKA_SECURITY] = kafka_security_from_properties(props)
         if any(k.startswith("zookeeper.") for k in props):
@@ -150,6 +160,7 @@ def _zk_tls_config(ctx: click.Context, param: click.Parameter, value: str | None
     from ..config import zookeeper_security_from_properties
 
     props = _read_properties_file(param, value)
+    ctx.meta.setdefault(_SECURITY_PROPS, {}).update(props)
     try:
         ctx.meta[_ZK_SECURITY] = zookeeper_security_from_properties(props)
     except InvalidConfigError as e:

@@ -26,6 +26,7 @@ from ..errors import BrokerNotAvailableError, InvalidConfigError, NoBrokersError
 from ..kafka.stable_offsets import list_offsets
 from ..kafka.transactions import READ_COMMITTED
 from ..records import TopicPartition
+from ..security import KafkaSecurity, ZookeeperSecurity
 from ..simple_consumer import SimpleConsumer
 from ..subscription import Blacklist, TopicFilter, Whitelist
 from ..tools import GroupAdmin, parse_properties, random_console_group
@@ -43,7 +44,14 @@ from ..tools.console import (
     StreamSink,
     parse_offset_spec,
 )
-from ._common import NAME, CliError, ExitCode, cluster_options, run_async
+from ._common import (
+    NAME,
+    CliError,
+    ExitCode,
+    cluster_options,
+    run_async,
+    security_properties,
+)
 
 __all__ = ["consume"]
 
@@ -77,7 +85,14 @@ def _build_config(
 
     The group id of a config built without one is a placeholder to be replaced.
     """
-    props: dict[str, str] = {}
+    # --command-config / --zk-tls-config-file first; a consumer config file and
+    # --consumer-property override them.
+    props: dict[str, str] = {
+        k: v
+        for k, v in security_properties().items()
+        if k.startswith(("security.", "ssl.", "sasl.", "zookeeper.ssl.", "zookeeper.auth"))
+        or k in ("zookeeper.set.acl", "reconnect.backoff.max.ms")
+    }
     if config_file is not None:
         try:
             props.update(parse_properties(config_file.read_text(encoding="utf-8")))
@@ -447,6 +462,8 @@ def consume(
             bootstrap_servers=bootstrap_server,
             connection_timeout_ms=connect_timeout_ms,
             request_timeout_ms=config.socket_timeout_ms,
+            zookeeper_security=ZookeeperSecurity.from_config(config),
+            security=KafkaSecurity.from_config(config),
         )
 
     async def prepare(adm: GroupAdmin) -> None:
@@ -581,7 +598,12 @@ def _consume_partition(
         where = f"{bootstrap_server} (--bootstrap-server)"
         if not servers:
             # Only reads /brokers/ids: the partition is read without any group.
-            async with GroupAdmin(zookeeper, connection_timeout_ms=connect_timeout_ms) as adm:
+            async with GroupAdmin(
+                zookeeper,
+                connection_timeout_ms=connect_timeout_ms,
+                zookeeper_security=ZookeeperSecurity.from_config(config),
+                security=KafkaSecurity.from_config(config),
+            ) as adm:
                 servers, where = await _bootstrap(adm, None)
         simple = SimpleConsumer(
             servers,
@@ -590,6 +612,7 @@ def _consume_partition(
             fetch_max_wait_ms=config.fetch_wait_max_ms,
             fetch_min_bytes=config.fetch_min_bytes,
             isolation_level=config.isolation_level,
+            security=KafkaSecurity.from_config(config),
         )
         try:
             await _reach_kafka(simple.start, where, config.socket_timeout_ms)

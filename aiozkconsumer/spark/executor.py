@@ -25,12 +25,12 @@ import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from ..config import ConsumerConfig
+from ..config import ConsumerConfig, kafka_security_from_properties
 from ..errors import BrokerNotAvailableError, OffsetOutOfRangeError
 from ..records import TopicPartition
 from ..simple_consumer import SimpleConsumer
@@ -80,6 +80,8 @@ class ZkKafkaInputPartition(InputPartition):
         retry_backoff_ms: ``refresh.leader.backoff.ms``: first backoff after a leader change.
         isolation_level: ``isolation.level``: ``"read_uncommitted"`` (default) or
             ``"read_committed"`` (the records of aborted transactions are left out).
+        security_properties: the connection's ``security.protocol``, ``ssl.*`` and ``sasl.*``
+            keys (``planning.security_properties``); left out of ``repr``.
     """
 
     topic: str
@@ -95,6 +97,7 @@ class ZkKafkaInputPartition(InputPartition):
     fetch_wait_max_ms: int = 100
     retry_backoff_ms: int = 200
     isolation_level: str = "read_uncommitted"
+    security_properties: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ CONSUMER_POOL_CAPACITY = 16
 """Started consumers a worker thread keeps at most (least recently used closed first)."""
 
 
-_ConsumerKey = tuple[str, str, int, int, int, str]
+_ConsumerKey = tuple[str, str, int, int, int, str, tuple[tuple[str, str], ...]]
 
 
 def _consumer_key(part: ZkKafkaInputPartition) -> _ConsumerKey:
@@ -132,6 +135,7 @@ def _consumer_key(part: ZkKafkaInputPartition) -> _ConsumerKey:
         part.fetch_wait_max_ms,
         part.retry_backoff_ms,
         part.isolation_level,
+        part.security_properties,
     )
 
 
@@ -194,6 +198,7 @@ class ExecutorConsumers:
             fetch_max_wait_ms=part.fetch_wait_max_ms,
             retry_backoff_ms=part.retry_backoff_ms,
             isolation_level=part.isolation_level,
+            security=kafka_security_from_properties(dict(part.security_properties)),
         )
         try:
             self.loop.run_until_complete(consumer.start())

@@ -114,6 +114,53 @@ _PROPERTY_ALIASES = {
 }
 
 
+# Java client keys ConsumerConfig.from_properties reads without an attribute of their own.
+_SECURITY_PASS_THROUGH = frozenset(
+    {
+        "ssl.truststore.location",
+        "ssl.truststore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.type",
+        "ssl.key.password",
+        "sasl.oauthbearer.token.provider",
+        "sasl.oauthbearer.client.credentials.client.id",
+        "sasl.oauthbearer.client.credentials.client.secret",
+    }
+)
+
+
+def _is_security_key(name: str) -> bool:
+    """Whether ``name`` is a Kafka connection security key (``security.protocol``, ``ssl.*``,
+    ``sasl.*``) this consumer reads."""
+    if name in _SECURITY_PASS_THROUGH:
+        return True
+    return name.startswith(("ssl.", "sasl.", "security.")) and (
+        name.replace(".", "_") in _CONFIG_KEYS
+    )
+
+
+def security_properties(config: ConsumerConfig) -> tuple[tuple[str, str], ...]:
+    """The Kafka connection security of ``config`` as dotted keys, for the executors.
+
+    The executors rebuild the TLS context and SASL credentials from them
+    (``kafka_security_from_properties``); secrets travel inside the pickled task, never in
+    a task's ``repr``. An ``ssl_context`` or token provider object given from code cannot
+    travel: the executors then need the file keys (or a provider named ``module:Class``).
+
+    Returns:
+        ``((key, value), ...)`` sorted; empty for plaintext.
+    """
+    if config.security_protocol == "PLAINTEXT":
+        return ()
+    defaults = ConsumerConfig(group_id="g", zookeeper_connect="x:1").to_properties()
+    props = config.to_properties()
+    return tuple(
+        sorted(
+            (k, v) for k, v in props.items() if _is_security_key(k) and defaults.get(k) != v
+        )
+    )
+
+
 class DataLossError(ConsumerError):
     """Offsets a batch should read are gone (deleted by retention, or the log was truncated).
 
@@ -298,6 +345,9 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     (``group.coordinator=kafka``) needs ``bootstrap.servers`` and no ZooKeeper;
     ``offsets.storage``, ``zookeeper.session.timeout.ms``, ``session.timeout.ms``,
     ``fetch.message.max.bytes``, ``isolation.level``, ... pass through.
+    The Kafka source's ``kafka.``-prefixed security keys (``kafka.security.protocol``,
+    ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.location``
+    with ``kafka.ssl.truststore.type=PEM``, ...) are read as the bare keys.
     ``kafka.bootstrap.servers`` is read as ``bootstrap.servers``, ``kafka.isolation.level``
     (the Kafka source's spelling: ``read_committed`` reads committed transactions only, up
     to the last stable offset) as ``isolation.level`` and ``enable.auto.commit`` as
@@ -329,6 +379,11 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         if key in _SOURCE_KEYS:
             continue
         name = _PROPERTY_ALIASES.get(key, key)
+        if name.startswith("kafka.") and _is_security_key(name.removeprefix("kafka.")):
+            name = name.removeprefix("kafka.")  # the Kafka source's spelling of a client key
+        if name in _SECURITY_PASS_THROUGH:
+            properties[name] = value
+            continue
         if "." in name and name.replace(".", "_") in _CONFIG_KEYS and "_" not in name:
             properties[name] = value
             continue

@@ -74,7 +74,7 @@ from ..kafka.stable_offsets import list_offsets
 from ..kafka.transactions import isolation_level_id
 from ..offsets import KafkaOffsetStore
 from ..records import TopicPartition
-from ..security import KafkaSecurity
+from ..security import KafkaSecurity, ZookeeperSecurity
 from ..subscription import Whitelist
 from ..tools.admin import GroupActiveError, GroupAdmin
 from .executor import (
@@ -99,6 +99,7 @@ from .planning import (
     plan_ranges,
     plan_starts,
     rate_limit,
+    security_properties,
 )
 from .runtime import LoopThread
 from .schema import kafka_schema
@@ -624,6 +625,7 @@ def _input_partition(
         "fetch_wait_max_ms": cfg.fetch_wait_max_ms,
         "retry_backoff_ms": cfg.refresh_leader_backoff_ms,
         "isolation_level": cfg.isolation_level,
+        "security_properties": security_properties(cfg),
     }
     if batch:
         return ZkKafkaBatchPartition(
@@ -667,6 +669,8 @@ class _GroupOffsets:
                 session_timeout_ms=config.zookeeper_session_timeout_ms,
                 request_timeout_ms=config.socket_timeout_ms,
                 client_id=config.effective_client_id,
+                zookeeper_security=ZookeeperSecurity.from_config(config),
+                security=KafkaSecurity.from_config(config),
             )
             self.cluster = self._admin.cluster
 
