@@ -8,6 +8,11 @@
 - :class:`TcpProxy` (:mod:`aiozkconsumer.testing.proxy`) forwards TCP connections and
   injects network faults (blackhole, delay, reset, refuse); ``LocalCluster(proxy_links=n)``
   puts ``n`` :class:`ProxyLink` sets of them between clients and the servers.
+- ``LocalCluster(security=True)`` (or a :class:`ClusterSecurity`) adds secured listeners to
+  every broker (``SSL``, ``MTLS``, ``SASL_SSL`` and ``SASL_PLAINTEXT`` with PLAIN, SCRAM and
+  OAUTHBEARER) and a TLS port to ZooKeeper, with ``trustme`` certificates
+  (:class:`SecurityMaterial`); see :mod:`aiozkconsumer.testing.security` and
+  :func:`unsecured_jwt`.
 - :mod:`aiozkconsumer.testing.chaos` drives a whole Jepsen-style run: verifiable consumer
   processes through the proxies, a seeded :class:`FaultScheduler` (process kills and pauses,
   session expiry, server restarts, link cuts), then the history check (:func:`run_chaos`,
@@ -20,8 +25,9 @@
   line).
 - :mod:`aiozkconsumer.testing.plugin` is a pytest plugin (registered automatically via the
   ``pytest11`` entry point) with the fixtures ``zk_kafka_cluster``, ``kraft_cluster``,
-  ``any_cluster`` (parametrized over both), ``zk_client``, ``any_zk_client``,
-  ``unique_group_id`` and ``unique_topic``.
+  ``any_cluster`` (parametrized over both), ``secure_cluster``, ``secure_kraft_cluster``,
+  ``any_secure_cluster``, ``zk_client``, ``any_zk_client``, ``unique_group_id`` and
+  ``unique_topic``.
 
 The names are imported lazily, so that ``python -m aiozkconsumer.testing.provision`` runs
 the module once, as ``__main__`` (and importing the package stays cheap).
@@ -53,11 +59,13 @@ if TYPE_CHECKING:
     from aiozkconsumer.testing.links import ProxyLink
     from aiozkconsumer.testing.provision import ProvisioningError, provision_kafka
     from aiozkconsumer.testing.proxy import FaultMode, ProxyError, ProxyStatistics, TcpProxy
+    from aiozkconsumer.testing.security import ClusterSecurity, SecurityMaterial, unsecured_jwt
     from aiozkconsumer.testing.spark_cluster import SparkStandaloneCluster
 
 __all__ = [
     "ChaosConfig",
     "ChaosReport",
+    "ClusterSecurity",
     "ClusterStartError",
     "ClusterState",
     "Fault",
@@ -73,15 +81,18 @@ __all__ = [
     "ProxyError",
     "ProxyLink",
     "ProxyStatistics",
+    "SecurityMaterial",
     "SparkStandaloneCluster",
     "TcpProxy",
     "provision_kafka",
     "run_chaos",
+    "unsecured_jwt",
 ]
 
 _WHERE = {
     "ChaosConfig": "chaos",
     "ChaosReport": "chaos",
+    "ClusterSecurity": "security",
     "ClusterStartError": "cluster",
     "ClusterState": "cluster",
     "Fault": "chaos",
@@ -97,10 +108,12 @@ _WHERE = {
     "ProxyError": "proxy",
     "ProxyLink": "links",
     "ProxyStatistics": "proxy",
+    "SecurityMaterial": "security",
     "SparkStandaloneCluster": "spark_cluster",
     "TcpProxy": "proxy",
     "provision_kafka": "provision",
     "run_chaos": "chaos",
+    "unsecured_jwt": "security",
 }
 
 

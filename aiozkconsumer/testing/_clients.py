@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any
 
 from aiokafka import errors as kafka_errors
@@ -30,6 +30,7 @@ __all__ = [
     "bounded_close",
     "kafka_client",
     "topic_metadata",
+    "write_zookeeper_nodes",
     "zk_session",
 ]
 
@@ -84,6 +85,35 @@ async def zk_session(
             raise ZookeeperError(f"ZooKeeper request failed: {exc!r}") from exc
     finally:
         await close_raw(zk, CLOSE_TIMEOUT_S)
+
+
+async def write_zookeeper_nodes(
+    connect: str, nodes: Mapping[str, bytes], *, time_limit: float
+) -> None:
+    """Create (or overwrite) persistent nodes, with their missing parents, in one session.
+
+    Parents are plain persistent nodes: aiozk's ``ensure_path`` would make them containers,
+    which ZooKeeper deletes once they are empty.
+
+    Args:
+        connect: the ZooKeeper connect string.
+        nodes: path -> data.
+        time_limit: seconds to get a session.
+
+    Raises:
+        ZookeeperConnectionError: if no session is established within ``time_limit``.
+        ZookeeperError: if a request fails.
+    """
+    async with zk_session(connect, time_limit=time_limit) as zk:
+        for path, data in nodes.items():
+            parts = path.strip("/").split("/")
+            for depth in range(1, len(parts)):
+                with contextlib.suppress(zk_exc.NodeExists):
+                    await zk.create("/" + "/".join(parts[:depth]))
+            try:
+                await zk.create(path, data)
+            except zk_exc.NodeExists:
+                await zk.set_data(path, data, force=True)
 
 
 @contextlib.asynccontextmanager

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -36,16 +38,29 @@ __all__ = [
     "start_error",
     "wait_deregistered",
     "wait_kraft_brokers",
+    "wait_listening",
     "wait_topic",
     "wait_zk_brokers",
     "wait_zookeeper",
 ]
 
 POLL_INTERVAL_S = 0.1
+# A cold ZooKeeper JVM takes up to about 2 s for its first TLS handshake (more on a loaded
+# machine): give a TLS four-letter word that long rather than retry it from scratch.
+_TLS_WORD_TIME_LIMIT_S = 10.0
 
 
-async def four_letter_word(port: int, word: bytes, time_limit: float) -> bytes:
-    """Send a ZooKeeper four-letter command; return the answer (b"" if unreachable)."""
+async def four_letter_word(
+    port: int, word: bytes, time_limit: float, ssl_context: ssl.SSLContext | None = None
+) -> bytes:
+    """Send a ZooKeeper four-letter command; return the answer (b"" if unreachable).
+
+    With ``ssl_context``, over TLS (ZooKeeper's ``secureClientPort``); a failed handshake
+    counts as unreachable. TLS goes through a blocking socket in a worker thread: asyncio
+    (Python 3.11) leaks the transport of a failed or cancelled TLS handshake.
+    """
+    if ssl_context is not None:
+        return await asyncio.to_thread(_tls_four_letter_word, port, word, time_limit, ssl_context)
     try:
         async with asyncio.timeout(time_limit):
             reader, writer = await asyncio.open_connection(HOST, port)
@@ -58,6 +73,21 @@ async def four_letter_word(port: int, word: bytes, time_limit: float) -> bytes:
                 with contextlib.suppress(OSError):
                     await writer.wait_closed()
     except (OSError, TimeoutError):
+        return b""
+
+
+def _tls_four_letter_word(
+    port: int, word: bytes, time_limit: float, context: ssl.SSLContext
+) -> bytes:
+    """:func:`four_letter_word` over TLS, blocking (``time_limit`` per socket operation)."""
+    try:
+        with (
+            socket.create_connection((HOST, port), timeout=time_limit) as raw,
+            context.wrap_socket(raw, server_hostname=HOST) as sock,
+        ):
+            sock.sendall(word)
+            return sock.recv(4096)
+    except OSError:  # refused, reset, timed out, or a failed handshake (ssl.SSLError)
         return b""
 
 
@@ -99,25 +129,68 @@ def check_alive(servers: Iterable[Server], work_dir: Path | None) -> None:
             raise start_error(server, f"the java process exited with code {code}", work_dir)
 
 
-async def wait_zookeeper(zookeeper: Server, *, time_limit: float, work_dir: Path | None) -> None:
+async def wait_zookeeper(
+    zookeeper: Server,
+    *,
+    time_limit: float,
+    work_dir: Path | None,
+    port: int | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> None:
     """Wait until ZooKeeper answers ``ruok`` with ``imok`` and serves requests.
 
     ``imok`` only means the process runs; until the database is loaded, ``srvr``
     answers "This ZooKeeper instance is not currently serving requests" and clients
     (aiozk's handshake sends ``srvr`` too) are turned away.
 
+    Args:
+        zookeeper: the server.
+        time_limit: seconds.
+        work_dir: named in the error.
+        port: the port to ask (default: its plain client port).
+        ssl_context: ask over TLS (its ``secureClientPort``).
+
     Raises:
         ClusterStartError: if the process exits or does not serve within ``time_limit``.
     """
     deadline = time.monotonic() + time_limit
+    port = zookeeper.port if port is None else port
+    word_limit = 2.0 if ssl_context is None else _TLS_WORD_TIME_LIMIT_S
     while True:
         check_alive([zookeeper], work_dir)
-        if await four_letter_word(zookeeper.port, b"ruok", 2.0) == b"imok":
-            srvr = await four_letter_word(zookeeper.port, b"srvr", 2.0)
+        if await four_letter_word(port, b"ruok", word_limit, ssl_context) == b"imok":
+            srvr = await four_letter_word(port, b"srvr", word_limit, ssl_context)
             if srvr.startswith(b"Zookeeper version:"):
                 return
         if time.monotonic() > deadline:
             raise start_error(zookeeper, f"not serving within {time_limit:.0f} s", work_dir)
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
+async def wait_listening(
+    server: Server, ports: Sequence[int], *, time_limit: float, work_dir: Path | None
+) -> None:
+    """Wait until a server accepts TCP connections on every one of ``ports``.
+
+    (A broker answering on one listener may still be opening the others.)
+
+    Raises:
+        ClusterStartError: if the process exits or a port is still closed after
+            ``time_limit`` seconds.
+    """
+    deadline = time.monotonic() + time_limit
+    closed = list(ports)
+    while True:
+        check_alive([server], work_dir)
+        closed = [port for port in closed if not await port_open(port, 2.0)]
+        if not closed:
+            return
+        if time.monotonic() > deadline:
+            raise start_error(
+                server,
+                f"ports {closed} not accepting connections within {time_limit:.0f} s",
+                work_dir,
+            )
         await asyncio.sleep(POLL_INTERVAL_S)
 
 

@@ -38,6 +38,19 @@ per further link, advertised at link ``k``'s proxy (a client bootstrapped from
 proxies run in an event loop of their own, in a daemon thread, so that they keep forwarding
 whatever the caller's loop does, and can be driven from any loop.
 
+Secured listeners (``security=True`` or a
+:class:`~aiozkconsumer.testing.security.ClusterSecurity`): every broker also gets ``SSL``,
+``MTLS``, ``SASL_SSL``, ``SASL_PLAINTEXT`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)
+and ``SSL_WRONG_HOST`` listeners on free loopback ports; ``PLAINTEXT`` stays the inter-broker
+listener and the one the cluster's own tools use. Certificates (``trustme``) and passwords
+are made at start into ``<work_dir>/security``; SCRAM users exist before :meth:`start`
+returns. ZooKeeper can get a TLS port too (``ClusterSecurity(zookeeper_tls=True)``), and
+always gets a digest super user. Tests take what they need from :attr:`LocalCluster.security`,
+:meth:`LocalCluster.bootstrap_servers_for`, :meth:`LocalCluster.client_properties`,
+:meth:`LocalCluster.zookeeper_client_properties`, and check who connected with
+:meth:`LocalCluster.principals_seen` (the brokers' request logs). See
+:mod:`aiozkconsumer.testing.security`.
+
 The kit is split by job; this module is the test-facing facade. The parts it drives:
 ``_processes`` (the ``java`` child processes), ``_render`` (config files and command lines),
 ``_readiness`` (when a server really serves), ``_clients`` (short-lived ZooKeeper and Kafka
@@ -50,6 +63,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import re
 import shutil
 import signal
 import tempfile
@@ -67,15 +81,30 @@ from aiozkconsumer.errors import (
     ZookeeperSessionExpiredError,
 )
 from aiozkconsumer.testing import _readiness, _records, _render
-from aiozkconsumer.testing._clients import CLOSE_TIMEOUT_S, REQUEST_TIMEOUT_S
+from aiozkconsumer.testing._clients import (
+    CLOSE_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+    write_zookeeper_nodes,
+)
 from aiozkconsumer.testing._errors import ClusterStartError, LocalClusterError, ProduceError
 from aiozkconsumer.testing._processes import HOST, Server, free_ports, run_to_end, tail, terminate
 from aiozkconsumer.testing.links import LinkTarget, ProxyLink, _LinkSet
 from aiozkconsumer.testing.provision import FLAVOURS, provision_kafka, require_tools
 from aiozkconsumer.testing.proxy import ProxyError
+from aiozkconsumer.testing.security import (
+    LISTENER_PROTOCOLS,
+    SASL_MECHANISMS,
+    SECURE_LISTENERS,
+    TEST_USER,
+    ClusterSecurity,
+    SecurityMaterial,
+    create_material,
+    scram_user_node,
+)
 from aiozkconsumer.zk.client import close_raw
 
 __all__ = [
+    "ClusterSecurity",
     "ClusterStartError",
     "ClusterState",
     "LinkTarget",
@@ -83,6 +112,7 @@ __all__ = [
     "LocalClusterError",
     "ProduceError",
     "ProxyLink",
+    "SecurityMaterial",
 ]
 
 log = logging.getLogger(__name__)
@@ -108,6 +138,13 @@ class ClusterState(enum.Enum):
 
 
 _EXPIRE_ATTEMPTS = 5
+_PRINCIPAL_POLL_S = 0.05
+# The connection of a completed request in the brokers' request log (kafka.request.logger
+# at DEBUG): Kafka 3.9 and 4.x both end the line's JSON with these fields. The last match
+# of a line is the one: a request's own body may hold "principal" fields too (ACL requests).
+_CONNECTION_RE = re.compile(
+    r'"securityProtocol":"[A-Z_]+","principal":"([^"]*)","listener":"([^"]*)"'
+)
 
 
 class LocalCluster:
@@ -128,7 +165,9 @@ class LocalCluster:
     consumer group uses, whether or not the brokers use it.
 
     The work directory holds ``zookeeper/`` (zoo.cfg, data), ``broker-<id>/``
-    (server.properties, log config, log dirs) and ``logs/<name>.log``. It is removed on
+    (server.properties, log config, log dirs) and ``logs/<name>.log``; a secured cluster
+    also ``security/`` (certificates, keys, passwords) and
+    ``logs/broker-<id>-requests.log``. It is removed on
     :meth:`stop` unless ``keep_work_dir`` is set, a failure was recorded (:meth:`mark_failed`,
     a failed start, an exception in ``async with``), or the caller supplied ``work_dir``.
 
@@ -157,10 +196,17 @@ class LocalCluster:
             0's proxies as their ``PLAINTEXT`` listener, while :attr:`bootstrap_servers`, the
             inter-broker traffic and the cluster's own tools go to a direct ``INTERNAL``
             listener. Listener settings in ``broker_properties`` would undo this.
+        security: secured listeners (see the module docstring and
+            :mod:`aiozkconsumer.testing.security`): ``True`` for the defaults, a
+            :class:`~aiozkconsumer.testing.security.ClusterSecurity` to choose, None or
+            False (default) for none. Needs the ``trustme`` package (the ``test`` extra).
+            Prefixed entries in ``broker_properties`` (``listener.name.sasl_ssl.…``) tune
+            the secured listeners.
 
     Raises:
         ValueError: if ``brokers < 1``, ``zk_tick_time_ms < 1``, ``startup_timeout_s <= 0``,
             ``proxy_links < 0`` or ``flavour`` is not ``"zookeeper"`` or ``"kraft"``.
+        TypeError: if ``security`` is not one of the above.
     """
 
     def __init__(
@@ -175,6 +221,7 @@ class LocalCluster:
         startup_timeout_s: float = 90,
         flavour: str = "zookeeper",
         proxy_links: int = 0,
+        security: ClusterSecurity | bool | None = None,
     ) -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
@@ -186,6 +233,12 @@ class LocalCluster:
             raise ValueError(f"startup_timeout_s must be positive, got {startup_timeout_s}")
         if proxy_links < 0:
             raise ValueError(f"proxy_links must be >= 0, got {proxy_links}")
+        if security is True:
+            security = ClusterSecurity()
+        elif security is False:
+            security = None
+        if security is not None and not isinstance(security, ClusterSecurity):
+            raise TypeError(f"security must be a bool, a ClusterSecurity or None, got {security!r}")
         self._broker_count = brokers
         self._cache_dir = cache_dir
         self._given_work_dir = Path(work_dir) if work_dir is not None else None
@@ -206,6 +259,16 @@ class LocalCluster:
         self._links: list[ProxyLink] = []
         # The links' proxies and their thread, from start() until stop().
         self._link_set: _LinkSet | None = None
+        self._security_options: ClusterSecurity | None = security
+        # Secured clusters only, from start() on: the key material, each broker's secured
+        # listener ports, ZooKeeper's TLS port, the brokers' request logs.
+        self._material: SecurityMaterial | None = None
+        self._secure_ports: dict[int, dict[str, int]] = {}
+        self._zk_secure_port: int | None = None
+        self._request_logs: dict[int, Path] = {}
+        # Request log -> (bytes parsed so far, the (listener, principal) pairs in them): the
+        # logs only grow, and are polled by wait_for_principal.
+        self._logged_connections: dict[Path, tuple[int, set[tuple[str, str]]]] = {}
 
     # ---- description -----------------------------------------------------------------
 
@@ -217,6 +280,8 @@ class LocalCluster:
             parts.append(f"broker {broker_id}={server.address} ({server.status()})")
         if self._link_count:
             parts.append(f"{self._link_count} proxied links")
+        if self._security_options is not None:
+            parts.append("secured")
         if self._failed:
             parts.append("failed")
         if self._work_dir is not None:
@@ -306,6 +371,268 @@ class LocalCluster:
         """
         for link in self._links:
             await link.heal("all")
+
+    # ---- secured listeners -----------------------------------------------------------
+
+    @property
+    def security_options(self) -> ClusterSecurity | None:
+        """The security options given (``security=True`` gives the defaults), or None."""
+        return self._security_options
+
+    @property
+    def secured(self) -> bool:
+        """True if the cluster has secured listeners (``security`` was given)."""
+        return self._security_options is not None
+
+    @property
+    def security(self) -> SecurityMaterial:
+        """The secured cluster's certificates, keys and passwords (made by :meth:`start`).
+
+        Paths: ``ca_file``, ``client_cert_file``, ``client_key_file``, ``wrong_ca_file``,
+        ``server_keystore_file``, ``wrong_host_keystore_file``; users: ``passwords``
+        (``{"alice": ..., "admin": ...}``), ``password(user)``; ZooKeeper's super user:
+        ``zookeeper_super_user`` / ``zookeeper_super_password``; and
+        ``client_ssl_context()``. See
+        :class:`~aiozkconsumer.testing.security.SecurityMaterial`.
+
+        Raises:
+            LocalClusterError: if the cluster is not secured or was never started.
+        """
+        if self._security_options is None:
+            raise LocalClusterError("the cluster has no secured listeners (security=None)")
+        if self._material is None:
+            raise LocalClusterError("the cluster's key material is made when it starts")
+        return self._material
+
+    @property
+    def zookeeper_secure_connect(self) -> str:
+        """Connect string of ZooKeeper's TLS port, ``"127.0.0.1:<port>"``.
+
+        The same server as :attr:`zookeeper_connect`; TLS clients trust
+        ``security.ca_file`` and may present the client certificate (x509 id
+        :data:`~aiozkconsumer.testing.security.CLIENT_DN`).
+
+        Raises:
+            LocalClusterError: if ZooKeeper has no TLS port (``zookeeper_tls`` not set) or
+                the cluster was never started.
+        """
+        options = self._security_options
+        if options is None or not options.zookeeper_tls:
+            raise LocalClusterError(
+                "ZooKeeper has no TLS port: use security=ClusterSecurity(zookeeper_tls=True)"
+            )
+        if self._zk_secure_port is None:
+            raise LocalClusterError("the cluster was not started")
+        return f"{HOST}:{self._zk_secure_port}"
+
+    def bootstrap_servers_for(self, listener: str) -> str:
+        """Bootstrap servers of one listener, ``"127.0.0.1:<port>,..."`` in broker id order.
+
+        Args:
+            listener: ``"PLAINTEXT"`` (the same as :attr:`bootstrap_servers`: the direct
+                path, also with proxied links), or on a secured cluster ``"SSL"``,
+                ``"MTLS"``, ``"SASL_SSL"``, ``"SASL_PLAINTEXT"`` or ``"SSL_WRONG_HOST"``
+                (case does not matter).
+
+        Raises:
+            ValueError: if there is no such listener (or the cluster is not secured).
+            LocalClusterError: if the cluster was never started.
+        """
+        name = listener.upper()
+        if name == "PLAINTEXT":
+            return self.bootstrap_servers
+        if name not in SECURE_LISTENERS or self._security_options is None:
+            known = ("PLAINTEXT", *SECURE_LISTENERS) if self.secured else ("PLAINTEXT",)
+            raise ValueError(f"no listener {listener!r}; this cluster has {', '.join(known)}")
+        if not self._secure_ports:
+            raise LocalClusterError("the cluster was not started")
+        return ",".join(f"{HOST}:{ports[name]}" for ports in self._secure_ports.values())
+
+    def client_properties(
+        self, listener: str, mechanism: str | None = None, *, user: str = TEST_USER
+    ) -> dict[str, str]:
+        """The Java-client-style consumer properties that reach the brokers on a listener.
+
+        Keys (only those the listener needs): ``bootstrap.servers``, ``security.protocol``
+        (``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL``), ``ssl.cafile`` (TLS
+        listeners), ``ssl.certfile`` and ``ssl.keyfile`` (``MTLS`` only), ``sasl.mechanism``
+        and, except for OAUTHBEARER, ``sasl.username`` and ``sasl.password``. For
+        OAUTHBEARER no token is given: make one with
+        :func:`~aiozkconsumer.testing.security.unsecured_jwt`. E.g.
+        ``client_properties("SASL_SSL", "SCRAM-SHA-512")`` ->
+        ``{"bootstrap.servers": "127.0.0.1:40123", "security.protocol": "SASL_SSL",
+        "ssl.cafile": ".../security/ca.pem", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice", "sasl.password": "..."}``.
+
+        Args:
+            listener: as for :meth:`bootstrap_servers_for`.
+            mechanism: the SASL mechanism (required on ``SASL_SSL`` and ``SASL_PLAINTEXT``,
+                refused elsewhere): ``"PLAIN"``, ``"SCRAM-SHA-256"``, ``"SCRAM-SHA-512"`` or
+                ``"OAUTHBEARER"``.
+            user: whose name and password (``"alice"`` or ``"admin"``).
+
+        Returns:
+            A new dict of strings.
+
+        Raises:
+            ValueError: for an unknown listener or mechanism, a mechanism missing on (or
+                given for a non-) SASL listener, or an unknown user.
+            LocalClusterError: if the cluster was never started.
+        """
+        name = listener.upper()
+        props = {"bootstrap.servers": self.bootstrap_servers_for(name)}
+        protocol = LISTENER_PROTOCOLS[name]
+        props["security.protocol"] = protocol
+        sasl = protocol.startswith("SASL_")
+        if mechanism is not None and not sasl:
+            raise ValueError(f"{name} is not a SASL listener; no mechanism applies")
+        if protocol == "PLAINTEXT":
+            return props
+        material = self.security
+        if protocol.endswith("SSL"):
+            props["ssl.cafile"] = str(material.ca_file)
+        if name == "MTLS":
+            props["ssl.certfile"] = str(material.client_cert_file)
+            props["ssl.keyfile"] = str(material.client_key_file)
+        if not sasl:
+            return props
+        chosen = (mechanism or "").upper()
+        if chosen not in SASL_MECHANISMS:
+            raise ValueError(
+                f"{name} needs a SASL mechanism, one of {', '.join(SASL_MECHANISMS)}; "
+                f"got {mechanism!r}"
+            )
+        props["sasl.mechanism"] = chosen
+        if chosen != "OAUTHBEARER":
+            if user not in material.passwords:
+                raise ValueError(f"no user {user!r}; the users are {', '.join(material.users)}")
+            props["sasl.username"] = user
+            props["sasl.password"] = material.passwords[user]
+        return props
+
+    def zookeeper_client_properties(self, *, client_cert: bool = True) -> dict[str, str]:
+        """Consumer properties that reach ZooKeeper over TLS.
+
+        ``{"zookeeper.connect": <zookeeper_secure_connect>, "zookeeper.ssl.client.enable":
+        "true", "zookeeper.ssl.cafile": ..., "zookeeper.ssl.certfile": ...,
+        "zookeeper.ssl.keyfile": ...}``.
+
+        Args:
+            client_cert: include the client certificate and key (the connection then
+                authenticates as ``x509:`` :data:`~aiozkconsumer.testing.security.CLIENT_DN`).
+
+        Raises:
+            LocalClusterError: if ZooKeeper has no TLS port or the cluster was never started.
+        """
+        props = {
+            "zookeeper.connect": self.zookeeper_secure_connect,
+            "zookeeper.ssl.client.enable": "true",
+            "zookeeper.ssl.cafile": str(self.security.ca_file),
+        }
+        if client_cert:
+            props["zookeeper.ssl.certfile"] = str(self.security.client_cert_file)
+            props["zookeeper.ssl.keyfile"] = str(self.security.client_key_file)
+        return props
+
+    @property
+    def request_log_files(self) -> dict[int, Path]:
+        """Broker id -> its request log (secured clusters with ``request_log``; else empty).
+
+        One line per completed request, with its principal and listener; read by
+        :meth:`principals_seen`.
+        """
+        return dict(self._request_logs)
+
+    def principals_seen(
+        self, broker_id: int | None = None, *, listener: str | None = None
+    ) -> set[str]:
+        """The principals the brokers served requests for, from their request logs.
+
+        A connection that authenticated (TLS client certificate, SASL) shows up with the
+        principal the broker gave it, e.g. ``{"User:ANONYMOUS", "User:alice"}``: the
+        cluster's own PLAINTEXT clients (and, in KRaft, the controller's traffic) are
+        ``User:ANONYMOUS``. A request is logged just after its response is sent: to check
+        a connection that made a single request, use :meth:`wait_for_principal`.
+
+        Args:
+            broker_id: one broker's log only (default: every broker).
+            listener: only requests that came in on this listener (e.g. ``"SASL_SSL"``).
+
+        Returns:
+            The principals, as ``"<type>:<name>"`` strings.
+
+        Raises:
+            LocalClusterError: if the cluster is not secured, was not started, or was
+                started with ``request_log=False``.
+            KeyError: if there is no such broker.
+        """
+        if self._security_options is None or not self._security_options.request_log:
+            raise LocalClusterError("principals_seen needs a secured cluster with request_log=True")
+        if not self._request_logs:
+            raise LocalClusterError("the cluster was not started")
+        if broker_id is None:
+            files = list(self._request_logs.values())
+        else:
+            self._broker(broker_id)
+            files = [self._request_logs[broker_id]]
+        wanted = None if listener is None else listener.upper()
+        return {
+            principal
+            for path in files
+            for where, principal in self._connections_logged(path)
+            if wanted is None or where.upper() == wanted
+        }
+
+    def _connections_logged(self, request_log: Path) -> set[tuple[str, str]]:
+        """The ``(listener, principal)`` pairs of a request log, read incrementally."""
+        offset, seen = self._logged_connections.get(request_log, (0, set()))
+        try:
+            with request_log.open("rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:  # the broker has not logged a request yet
+            return seen
+        complete = data.rfind(b"\n") + 1  # a line being written is read next time
+        for line in data[:complete].decode("utf-8", errors="replace").splitlines():
+            matches = _CONNECTION_RE.findall(line)
+            if matches:
+                principal, where = matches[-1]
+                seen.add((where, principal))
+        self._logged_connections[request_log] = (offset + complete, seen)
+        return seen
+
+    async def wait_for_principal(
+        self,
+        principal: str,
+        broker_id: int | None = None,
+        *,
+        listener: str | None = None,
+        time_limit: float = 10.0,
+    ) -> None:
+        """Wait until :meth:`principals_seen` includes ``principal``.
+
+        Args:
+            principal: e.g. ``"User:alice"``.
+            broker_id: as for :meth:`principals_seen`.
+            listener: as for :meth:`principals_seen`.
+            time_limit: seconds.
+
+        Raises:
+            LocalClusterError: if it does not show up within ``time_limit`` (the message
+                lists what was seen), or as for :meth:`principals_seen`.
+        """
+        deadline = time.monotonic() + time_limit
+        while True:
+            seen = self.principals_seen(broker_id, listener=listener)
+            if principal in seen:
+                return
+            if time.monotonic() > deadline:
+                where = f" on {listener}" if listener else ""
+                raise LocalClusterError(
+                    f"no request from {principal}{where} within {time_limit:.0f} s; "
+                    f"seen: {sorted(seen)}"
+                )
+            await asyncio.sleep(_PRINCIPAL_POLL_S)
 
     @property
     def broker_ids(self) -> list[int]:
@@ -425,10 +752,10 @@ class LocalCluster:
             if self.kraft:
                 await gather([self._wait_zookeeper(), self._start_kraft_brokers()])
             else:
-                await self._wait_zookeeper()
-                for server in self._brokers.values():
-                    server.spawn()
-                await self._wait_brokers_ready(list(self._brokers))
+                await self._wait_zookeeper(tls=False)
+                # The brokers use the plain port; the TLS one (whose first handshake costs a
+                # cold JVM a second or two) comes up meanwhile.
+                await gather([self._wait_zookeeper_tls(), self._start_zk_brokers()])
         except BaseException:
             self._failed = True
             self._kill_all()
@@ -787,27 +1114,44 @@ class LocalCluster:
         # per link, a listener on each broker and a proxy to ZooKeeper and to each broker.
         base = 1 + self._broker_count + (1 if self.kraft else 0)
         per_link = 1 + 2 * self._broker_count
-        ports = free_ports(base + self._link_count * per_link)
+        linked = base + self._link_count * per_link
+        # A secured cluster needs, after those, each broker's secured listeners and
+        # ZooKeeper's TLS port.
+        options = self._security_options
+        secured = 0
+        if options is not None:
+            secured = len(SECURE_LISTENERS) * self._broker_count + int(options.zookeeper_tls)
+        ports = free_ports(linked + secured)
         zk_port = ports[0]
         broker_ports = dict(zip(self.broker_ids, ports[1 : 1 + self._broker_count], strict=True))
         controller_port = ports[base - 1]
         if self._link_count:
             self._link_set = _LinkSet.build(
-                self._link_count, zk_port, self.broker_ids, ports[base:]
+                self._link_count, zk_port, self.broker_ids, ports[base:linked]
             )
             self._links = list(self._link_set.links)
         else:
             self._link_set, self._links = None, []
+
+        zk_extra: dict[str, object] = {}
+        zk_jvm: list[str] = []
+        if options is not None:
+            self._configure_security(options, work, ports[linked:])
+            zk_jvm = _render.zookeeper_security_options(self.security)
+            if self._zk_secure_port is not None:
+                zk_extra = _render.zookeeper_security_config(
+                    self._zk_secure_port, self.security, options
+                )
 
         zk_dir = work / "zookeeper"
         (zk_dir / "data").mkdir(parents=True, exist_ok=True)
         zk_log = logs / "zookeeper.log"
         (zk_dir / "log4j.properties").write_text(_render.log4j_properties(zk_log))
         (zk_dir / "zoo.cfg").write_text(
-            _render.zookeeper_config(self._tick_ms, zk_dir / "data", zk_port)
+            _render.zookeeper_config(self._tick_ms, zk_dir / "data", zk_port, zk_extra)
         )
         zk_cmd = _render.zookeeper_command(
-            java, zk_libs, zk_dir / "log4j.properties", zk_dir / "zoo.cfg"
+            java, zk_libs, zk_dir / "log4j.properties", zk_dir / "zoo.cfg", zk_jvm
         )
         self._zookeeper = Server("zookeeper", zk_port, zk_cmd, zk_log)
 
@@ -820,7 +1164,9 @@ class LocalCluster:
             (broker_dir / "data").mkdir(parents=True, exist_ok=True)
             broker_log = logs / f"{name}.log"
             log_config = broker_dir / "log4j.properties"
-            log_config.write_text(_render.log4j_properties(broker_log))
+            log_config.write_text(
+                _render.log4j_properties(broker_log, self._request_logs.get(broker_id))
+            )
             props = _render.zk_broker_properties(
                 broker_id,
                 port,
@@ -828,6 +1174,8 @@ class LocalCluster:
                 f"{HOST}:{zk_port}",
                 broker_dir / "data",
                 self._broker_overrides,
+                secure_ports=self._secure_ports.get(broker_id),
+                security=self._security_properties(),
             )
             config = broker_dir / "server.properties"
             config.write_text(_render.properties(props))
@@ -861,7 +1209,9 @@ class LocalCluster:
             (broker_dir / "data").mkdir(parents=True, exist_ok=True)
             broker_log = work / "logs" / f"{name}.log"
             log_config = broker_dir / "log4j2.properties"
-            log_config.write_text(_render.log4j2_properties(broker_log))
+            log_config.write_text(
+                _render.log4j2_properties(broker_log, self._request_logs.get(broker_id))
+            )
             props = _render.kraft_broker_properties(
                 broker_id,
                 port,
@@ -869,20 +1219,60 @@ class LocalCluster:
                 controller,
                 broker_dir / "data",
                 self._broker_overrides,
+                secure_ports=self._secure_ports.get(broker_id),
+                security=self._security_properties(),
             )
             config = broker_dir / "server.properties"
             config.write_text(_render.properties(props))
             logging_option = _render.log4j2_option(log_config)
             cmd = _render.broker_command(java, libs, logging_option, config)
             self._brokers[broker_id] = Server(name, port, cmd, broker_log)
+            is_controller = broker_id == _render.KRAFT_CONTROLLER_ID
+            # SCRAM users go into the bootstrap metadata, which only the controller reads.
+            scram = (
+                _render.scram_format_arguments(self.security.passwords)
+                if self.secured and is_controller
+                else []
+            )
             self._format_cmds[broker_id] = _render.storage_format_command(
                 java,
                 libs,
                 logging_option,
                 config,
                 cluster_id,
-                controller=broker_id == _render.KRAFT_CONTROLLER_ID,
+                controller=is_controller,
+                extra_arguments=scram,
             )
+
+    def _configure_security(
+        self, options: ClusterSecurity, work: Path, ports: Sequence[int]
+    ) -> None:
+        """Make the key material; assign the secured listeners' and ZooKeeper's TLS ports.
+
+        Args:
+            options: the security options.
+            work: the work directory (the material goes to ``security/``).
+            ports: the free ports reserved for them, in order.
+        """
+        self._material = create_material(work / "security", options)
+        free = iter(ports)
+        self._secure_ports = {
+            broker_id: {name: next(free) for name in SECURE_LISTENERS}
+            for broker_id in self.broker_ids
+        }
+        self._zk_secure_port = next(free) if options.zookeeper_tls else None
+        if options.request_log:
+            self._request_logs = {
+                broker_id: work / "logs" / f"broker-{broker_id}-requests.log"
+                for broker_id in self.broker_ids
+            }
+
+    def _security_properties(self) -> dict[str, str] | None:
+        """The secured listeners' ``server.properties`` entries (None if not secured)."""
+        options = self._security_options
+        if options is None:
+            return None
+        return _render.security_properties(self.security, options)
 
     def _link_endpoints(self, broker_id: int) -> list[_render.LinkEndpoint]:
         """The broker's listener per proxied link (none without links)."""
@@ -913,6 +1303,17 @@ class LocalCluster:
     async def _start_kraft_brokers(self) -> None:
         """Format every KRaft node's storage, start the nodes and wait until they serve."""
         await gather([self._format_storage(b) for b in self._brokers])
+        for server in self._brokers.values():
+            server.spawn()
+        await self._wait_brokers_ready(list(self._brokers))
+
+    async def _start_zk_brokers(self) -> None:
+        """ZooKeeper flavour, ZooKeeper serving: start the brokers, wait until they serve.
+
+        A secured cluster's SCRAM users are written to ZooKeeper first.
+        """
+        if self.secured:
+            await self._create_zookeeper_scram_users()
         for server in self._brokers.values():
             server.spawn()
         await self._wait_brokers_ready(list(self._brokers))
@@ -974,12 +1375,45 @@ class LocalCluster:
             self._failed = True
             raise
 
-    async def _wait_zookeeper(self) -> None:
-        """Wait until ZooKeeper answers ``ruok`` with ``imok`` and serves requests."""
+    async def _wait_zookeeper(self, *, tls: bool = True) -> None:
+        """Wait until ZooKeeper answers ``ruok`` with ``imok`` and serves requests (on its
+        TLS port too, if it has one, unless ``tls`` is False)."""
         await self._failing_start(
             _readiness.wait_zookeeper(
                 self._zk(), time_limit=self._startup_timeout_s, work_dir=self._work_dir
             )
+        )
+        if tls:
+            await self._wait_zookeeper_tls()
+
+    async def _wait_zookeeper_tls(self) -> None:
+        """Wait until ZooKeeper's TLS port (if any) answers ``ruok`` and ``srvr`` over TLS."""
+        if self._zk_secure_port is not None:
+            context = self.security.client_ssl_context(client_cert=True)
+            await self._failing_start(
+                _readiness.wait_zookeeper(
+                    self._zk(),
+                    time_limit=self._startup_timeout_s,
+                    work_dir=self._work_dir,
+                    port=self._zk_secure_port,
+                    ssl_context=context,
+                )
+            )
+
+    async def _create_zookeeper_scram_users(self) -> None:
+        """ZooKeeper flavour: store every user's SCRAM credentials in ZooKeeper.
+
+        What ``kafka-configs --zookeeper ... --alter --add-config 'SCRAM-SHA-256=[...]'
+        --entity-type users`` writes, without its JVM start-up: the node
+        ``/config/users/<name>``, which a broker loads when it starts (so this runs before
+        the brokers do, and needs no change notification).
+        """
+        nodes = {
+            f"/config/users/{user}": scram_user_node(password)
+            for user, password in self.security.passwords.items()
+        }
+        await write_zookeeper_nodes(
+            self.zookeeper_connect, nodes, time_limit=self._startup_timeout_s
         )
 
     async def _wait_brokers_ready(self, broker_ids: Sequence[int]) -> None:
@@ -1001,6 +1435,17 @@ class LocalCluster:
                 work_dir=self._work_dir,
             )
         await self._failing_start(waiting)
+        for broker_id in broker_ids:
+            ports = self._secure_ports.get(broker_id)
+            if ports:
+                await self._failing_start(
+                    _readiness.wait_listening(
+                        self._brokers[broker_id],
+                        list(ports.values()),
+                        time_limit=self._startup_timeout_s,
+                        work_dir=self._work_dir,
+                    )
+                )
 
     async def _wait_topic_ready(self, topic: str, partitions: int) -> None:
         await _readiness.wait_topic(

@@ -10,6 +10,12 @@ installed; otherwise pass ``-p aiozkconsumer.testing.plugin``). Fixtures:
 - ``any_cluster`` (function, parametrized ``zk`` / ``kraft``): runs the test once on each of
   the two session clusters. Narrow it with
   ``@pytest.mark.parametrize("any_cluster", ["kraft"], indirect=True)``.
+- ``secure_cluster`` / ``secure_kraft_cluster`` (session): a started ``LocalCluster`` of each
+  flavour with secured listeners (``SSL``, ``MTLS``, ``SASL_SSL``, ``SASL_PLAINTEXT``,
+  ``SSL_WRONG_HOST``); ``secure_cluster``'s ZooKeeper also has a TLS port
+  (:data:`SECURE_CLUSTER_SECURITY`); see :mod:`aiozkconsumer.testing.security`.
+  ``any_secure_cluster`` (function, parametrized ``zk`` / ``kraft``) runs a test on each,
+  like ``any_cluster``. Need ``trustme``.
 - ``zk_client`` (function, async): a started aiozk ``ZKClient`` on ``zk_kafka_cluster``'s
   ZooKeeper; ``any_zk_client`` the same on ``any_cluster``'s. Closed afterwards within a time
   limit. Need pytest-asyncio.
@@ -20,13 +26,14 @@ installed; otherwise pass ``-p aiozkconsumer.testing.plugin``). Fixtures:
   applications connect with its ``master_url`` and ``app_conf()``. Needs PySpark and Java.
 
 The session clusters are started lazily, when a test first needs one (a KRaft-free run never
-starts Kafka 4), and stopped at the end of the session. They are synchronous fixtures
-(started and stopped in private event loops), so they work with any ``loop_scope`` the tests
-use. ``AIOZKCONSUMER_BROKERS`` sets their broker count (default 1).
+starts Kafka 4, a run without security tests no secured cluster), and stopped at the end of
+the session; the secured ones are clusters of their own, next to the plain ones. They are
+synchronous fixtures (started and stopped in private event loops), so they work with any
+``loop_scope`` the tests use. ``AIOZKCONSUMER_BROKERS`` sets their broker count (default 1).
 
 When a test that uses a cluster fails, its server logs are appended to the failure report
-(section "aiozkconsumer server logs", or "aiozkconsumer server logs (kraft)") and the
-cluster's work directory is kept.
+(section "aiozkconsumer server logs", "aiozkconsumer server logs (kraft)", "... (secure)" or
+"... (secure kraft)") and the cluster's work directory is kept.
 
 The fixtures need pytest-asyncio to run the tests that use them (``asyncio_mode = "auto"``
 in the suite's ``pyproject.toml``; see ``docs/testing.md``). A test that uses one of them
@@ -51,6 +58,7 @@ from aiozk import ZKClient
 from aiozkconsumer._loops import close_loop
 from aiozkconsumer.testing.cluster import LocalCluster, LocalClusterError
 from aiozkconsumer.testing.provision import FLAVOURS
+from aiozkconsumer.testing.security import ClusterSecurity
 from aiozkconsumer.testing.spark_cluster import SparkStandaloneCluster
 from aiozkconsumer.zk.client import close_raw
 
@@ -58,12 +66,17 @@ __all__ = [
     "ASYNCIO_HINT",
     "BROKERS_ENV",
     "LOG_SECTION",
+    "SECURE_CLUSTER_SECURITY",
+    "SECURE_KRAFT_CLUSTER_SECURITY",
     "SPARK_LOG_SECTION",
     "any_cluster",
+    "any_secure_cluster",
     "any_zk_client",
     "kraft_cluster",
     "pytest_runtest_makereport",
     "pytest_runtest_setup",
+    "secure_cluster",
+    "secure_kraft_cluster",
     "spark_standalone_cluster",
     "unique_group_id",
     "unique_topic",
@@ -90,10 +103,25 @@ Install pytest-asyncio (pip install pytest-asyncio) and put in the suite's pypro
 (see "pytest fixtures" in aiozkconsumer's docs/testing.md)."""
 """The failure message of a test whose fixtures cannot work; ``{reason}`` says why."""
 
+SECURE_CLUSTER_SECURITY = ClusterSecurity(zookeeper_tls=True)
+"""The options of ``secure_cluster``: every secured listener, ZooKeeper's TLS port (client
+certificate wanted, not needed), the request log."""
+SECURE_KRAFT_CLUSTER_SECURITY = ClusterSecurity()
+"""The options of ``secure_kraft_cluster``: as :data:`SECURE_CLUSTER_SECURITY` without
+ZooKeeper's TLS port. ZooKeeper is the same server in both flavours, so ZooKeeper TLS is
+tested on ``secure_cluster``; leaving it out here spares the KRaft cluster's start the Netty
+server and a cold TLS handshake (about a second of CPU)."""
+
 _CLUSTER_FIXTURES = {"zookeeper": "zk_kafka_cluster", "kraft": "kraft_cluster"}
 """Flavour -> the session fixture holding that flavour's cluster."""
+_SECURE_FIXTURES = {"zookeeper": "secure_cluster", "kraft": "secure_kraft_cluster"}
+"""Flavour -> the session fixture holding that flavour's secured cluster."""
 _ANY_CLUSTER_FIXTURE = "any_cluster"
+_ANY_SECURE_FIXTURE = "any_secure_cluster"
+_ANY_FIXTURES = {_ANY_CLUSTER_FIXTURE: _CLUSTER_FIXTURES, _ANY_SECURE_FIXTURE: _SECURE_FIXTURES}
+"""Parametrized fixture -> flavour -> the session fixture it stands for."""
 _CLUSTERS_KEY = pytest.StashKey[dict[str, LocalCluster]]()
+"""Session fixture name -> the cluster it started."""
 _SPARK_FIXTURE = "spark_standalone_cluster"
 _SPARK_KEY = pytest.StashKey[SparkStandaloneCluster]()
 _ZK_CLIENT_START_S = 30.0
@@ -145,10 +173,16 @@ def _legal_name(prefix: str, request: pytest.FixtureRequest) -> str:
     return f"{prefix}-{test}-{uuid.uuid4().hex[:12]}"
 
 
-def _session_cluster(request: pytest.FixtureRequest, flavour: str) -> Iterator[LocalCluster]:
-    """Start a cluster of ``flavour``, record it for failure reports, stop it afterwards."""
-    cluster = LocalCluster(brokers=_broker_count(), flavour=flavour)
-    request.config.stash.setdefault(_CLUSTERS_KEY, {})[flavour] = cluster
+def _session_cluster(
+    request: pytest.FixtureRequest,
+    flavour: str,
+    fixture: str,
+    security: ClusterSecurity | None = None,
+) -> Iterator[LocalCluster]:
+    """Start a cluster of ``flavour``, record it (under the name of the session ``fixture``
+    holding it) for failure reports, stop it afterwards."""
+    cluster = LocalCluster(brokers=_broker_count(), flavour=flavour, security=security)
+    request.config.stash.setdefault(_CLUSTERS_KEY, {})[fixture] = cluster
     try:
         _run(cluster.start())
         yield cluster
@@ -171,7 +205,7 @@ def zk_kafka_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         ProvisioningError: if Java or Maven is missing or the jars cannot be fetched.
         ClusterStartError: if a server does not come up.
     """
-    yield from _session_cluster(request, "zookeeper")
+    yield from _session_cluster(request, "zookeeper", _CLUSTER_FIXTURES["zookeeper"])
 
 
 @pytest.fixture(scope="session")
@@ -191,7 +225,53 @@ def kraft_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         ProvisioningError: if Java or Maven is missing or the jars cannot be fetched.
         ClusterStartError: if a server does not come up.
     """
-    yield from _session_cluster(request, "kraft")
+    yield from _session_cluster(request, "kraft", _CLUSTER_FIXTURES["kraft"])
+
+
+@pytest.fixture(scope="session")
+def secure_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """A running Kafka 3.9 (ZooKeeper mode) cluster with secured listeners, for the session.
+
+    A cluster of its own (not ``zk_kafka_cluster``), with :data:`SECURE_CLUSTER_SECURITY`:
+    next to ``PLAINTEXT``, the listeners ``SSL``, ``MTLS``, ``SASL_SSL`` and
+    ``SASL_PLAINTEXT`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER) and
+    ``SSL_WRONG_HOST``; users ``alice`` and ``admin``; ZooKeeper's TLS port
+    (``zookeeper_secure_connect``); the brokers' request logs (``principals_seen``).
+    Started on first use, stopped at the end of the session; synchronous, like
+    ``zk_kafka_cluster``.
+
+    Yields:
+        The started :class:`~aiozkconsumer.testing.LocalCluster`; its ``security``,
+        ``bootstrap_servers_for(listener)``, ``client_properties(listener, mechanism)`` and
+        ``zookeeper_client_properties()`` give what clients need.
+
+    Raises:
+        ProvisioningError: if Java or Maven is missing or the jars cannot be fetched.
+        ClusterStartError: if a server does not come up.
+    """
+    yield from _session_cluster(
+        request, "zookeeper", _SECURE_FIXTURES["zookeeper"], SECURE_CLUSTER_SECURITY
+    )
+
+
+@pytest.fixture(scope="session")
+def secure_kraft_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """A running Kafka 4.x (KRaft) cluster with secured listeners, for the session.
+
+    As ``secure_cluster``, in the KRaft flavour (SCRAM users formatted into the metadata),
+    with :data:`SECURE_KRAFT_CLUSTER_SECURITY`: ZooKeeper, which runs for the consumers, has
+    no TLS port here (use ``secure_cluster`` for ZooKeeper TLS).
+
+    Yields:
+        The started :class:`~aiozkconsumer.testing.LocalCluster` (``flavour="kraft"``).
+
+    Raises:
+        ProvisioningError: if Java or Maven is missing or the jars cannot be fetched.
+        ClusterStartError: if a server does not come up.
+    """
+    yield from _session_cluster(
+        request, "kraft", _SECURE_FIXTURES["kraft"], SECURE_KRAFT_CLUSTER_SECURITY
+    )
 
 
 @pytest.fixture(scope="session")
@@ -241,6 +321,31 @@ def any_cluster(request: pytest.FixtureRequest) -> LocalCluster:
             f"any_cluster: unknown flavour {flavour!r}; expected one of {', '.join(FLAVOURS)}"
         )
     cluster: LocalCluster = request.getfixturevalue(_CLUSTER_FIXTURES[flavour])
+    return cluster
+
+
+@pytest.fixture(params=list(FLAVOURS), ids=["zk", "kraft"])
+def any_secure_cluster(request: pytest.FixtureRequest) -> LocalCluster:
+    """Each secured session cluster in turn (ids ``zk``, ``kraft``), as ``any_cluster``.
+
+    Only the cluster of the running parameter is started (``secure_cluster`` or
+    ``secure_kraft_cluster``). Narrow it with
+    ``@pytest.mark.parametrize("any_secure_cluster", ["kraft"], indirect=True)``.
+
+    Returns:
+        The started secured :class:`~aiozkconsumer.testing.LocalCluster` of the flavour
+        ``request.param``.
+
+    Raises:
+        pytest.UsageError: if parametrized indirectly with an unknown flavour.
+    """
+    flavour = request.param
+    if flavour not in _SECURE_FIXTURES:
+        raise pytest.UsageError(
+            f"any_secure_cluster: unknown flavour {flavour!r}; expected one of "
+            f"{', '.join(FLAVOURS)}"
+        )
+    cluster: LocalCluster = request.getfixturevalue(_SECURE_FIXTURES[flavour])
     return cluster
 
 
@@ -300,7 +405,7 @@ zk_client = _async_fixture(_zk_client, name="zk_client")
 any_zk_client = _async_fixture(_any_zk_client, name="any_zk_client")
 
 
-_FIXTURES = frozenset({*_CLUSTER_FIXTURES.values(), _ANY_CLUSTER_FIXTURE})
+_FIXTURES = frozenset({*_CLUSTER_FIXTURES.values(), *_SECURE_FIXTURES.values(), *_ANY_FIXTURES})
 _ASYNC_FIXTURES = frozenset({"zk_client", "any_zk_client"})
 
 
@@ -356,8 +461,7 @@ def pytest_runtest_makereport(
                 header = f"work dir (kept): {cluster.work_dir}\n"
             except LocalClusterError:  # never started: nothing to show
                 continue
-            title = LOG_SECTION if cluster.flavour == "zookeeper" else f"{LOG_SECTION} (kraft)"
-            report.sections.append((title, header + cluster.log_tail()))
+            report.sections.append((_log_section(cluster), header + cluster.log_tail()))
         spark_cluster = item.config.stash.get(_SPARK_KEY, None)
         if spark_cluster is not None and _SPARK_FIXTURE in getattr(item, "fixturenames", ()):
             spark_cluster.mark_failed()
@@ -367,14 +471,24 @@ def pytest_runtest_makereport(
     return report
 
 
+def _log_section(cluster: LocalCluster) -> str:
+    """The report section title of a cluster's logs."""
+    qualifiers = " ".join(
+        word for word, applies in (("secure", cluster.secured), ("kraft", cluster.kraft)) if applies
+    )
+    return f"{LOG_SECTION} ({qualifiers})" if qualifiers else LOG_SECTION
+
+
 def _clusters_used(item: pytest.Item) -> list[LocalCluster]:
-    """The session clusters a test requested (directly, or through ``any_cluster``)."""
+    """The session clusters a test requested (directly, or through ``any_cluster`` or
+    ``any_secure_cluster``)."""
     names = set(getattr(item, "fixturenames", ()))
-    flavours = {f for f, fixture in _CLUSTER_FIXTURES.items() if fixture in names}
-    if _ANY_CLUSTER_FIXTURE in names:
-        callspec = getattr(item, "callspec", None)
-        param = callspec.params.get(_ANY_CLUSTER_FIXTURE) if callspec is not None else None
-        if isinstance(param, str):
-            flavours.add(param)
+    wanted = set(names)
+    callspec = getattr(item, "callspec", None)
+    for any_fixture, by_flavour in _ANY_FIXTURES.items():
+        if any_fixture in names and callspec is not None:
+            param = callspec.params.get(any_fixture)
+            if isinstance(param, str) and param in by_flavour:
+                wanted.add(by_flavour[param])
     started = item.config.stash.get(_CLUSTERS_KEY, {})
-    return [started[f] for f in FLAVOURS if f in flavours and f in started]
+    return [cluster for fixture, cluster in started.items() if fixture in wanted]
