@@ -139,7 +139,11 @@ def _read_properties_file(param: click.Parameter, path: str) -> dict[str, str]:
         raise click.BadParameter(f"cannot read {path}: {e}", param=param) from None
 
 
-def _command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+def _security_file(
+    ctx: click.Context, param: click.Parameter, value: str | None, *, kafka: bool
+) -> None:
+    """Read a security properties file into the context: ``--command-config`` (``kafka``:
+    Kafka keys, and ZooKeeper keys when it has any) or ``--zk-tls-config-file``."""
     if value is None:
         return
     from ..config import kafka_security_from_properties, zookeeper_security_from_properties
@@ -147,24 +151,20 @@ def _command_config(ctx: click.Context, param: click.Parameter, value: str | Non
     props = _read_properties_file(param, value)
     ctx.meta.setdefault(_SECURITY_PROPS, {}).update(props)
     try:
-        ctx.meta[_KAFKA_SECURITY] = kafka_security_from_properties(props)
-        if any(k.startswith("zookeeper.") for k in props):
+        if kafka:
+            ctx.meta[_KAFKA_SECURITY] = kafka_security_from_properties(props)
+        if not kafka or any(k.startswith("zookeeper.") for k in props):
             ctx.meta[_ZK_SECURITY] = zookeeper_security_from_properties(props)
     except InvalidConfigError as e:
         raise click.BadParameter(f"{value}: {e}", param=param) from None
 
 
-def _zk_tls_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    if value is None:
-        return
-    from ..config import zookeeper_security_from_properties
+def _command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    _security_file(ctx, param, value, kafka=True)
 
-    props = _read_properties_file(param, value)
-    ctx.meta.setdefault(_SECURITY_PROPS, {}).update(props)
-    try:
-        ctx.meta[_ZK_SECURITY] = zookeeper_security_from_properties(props)
-    except InvalidConfigError as e:
-        raise click.BadParameter(f"{value}: {e}", param=param) from None
+
+def _zk_tls_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    _security_file(ctx, param, value, kafka=False)
 
 
 def connection_security() -> tuple[KafkaSecurity, ZookeeperSecurity]:

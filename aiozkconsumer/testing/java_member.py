@@ -49,7 +49,6 @@ import asyncio
 import base64
 import contextlib
 import enum
-import hashlib
 import logging
 import os
 import re
@@ -66,10 +65,10 @@ from typing import TYPE_CHECKING
 
 from aiozkconsumer.records import TopicPartition
 from aiozkconsumer.testing._errors import LocalClusterError
+from aiozkconsumer.testing._javac import compile_java_class
 from aiozkconsumer.testing._processes import _live_lock, _live_processes, make_preexec, tail
 from aiozkconsumer.testing.provision import (
     FLAVOURS,
-    default_cache_dir,
     provision_kafka,
     require_tools,
 )
@@ -487,41 +486,14 @@ def build_java_member(libs: Path, cache_dir: Path | None = None) -> Path:
         JavaMemberError: if ``libs`` holds no single ``kafka-clients-*.jar`` or javac fails
             (the message carries javac's output).
     """
-    jars = sorted(libs.glob("kafka-clients-*.jar"))
-    if len(jars) != 1:
-        raise JavaMemberError(f"expected one kafka-clients jar in {libs}, found {len(jars)}")
-    digest = hashlib.sha256(JAVA_SOURCE.encode()).hexdigest()[:12]
-    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    target = cache / "java-member" / f"{jars[0].stem}-{digest}"
-    if (target / f"{JAVA_CLASS}.class").is_file():
-        return target
-    javac = require_tools(("javac",))["javac"]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    try:
-        source = staging / f"{JAVA_CLASS}.java"
-        source.write_text(JAVA_SOURCE)
-        done = subprocess.run(
-            [javac, "-nowarn", "--release", "17", "-cp", str(jars[0]), "-d", str(staging), source],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise JavaMemberError(
-                f"javac failed ({done.returncode}) for {JAVA_CLASS} against {jars[0].name}:\n"
-                f"{done.stdout}{done.stderr}"
-            )
-        try:
-            staging.rename(target)
-        except OSError:  # another process built it meanwhile
-            if not (target / f"{JAVA_CLASS}.class").is_file():
-                raise
-        log.debug("built %s against %s in %s", JAVA_CLASS, jars[0].name, target)
-        return target
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    return compile_java_class(
+        libs,
+        cache_dir,
+        kind="java-member",
+        class_name=JAVA_CLASS,
+        source=JAVA_SOURCE,
+        error=JavaMemberError,
+    )
 
 
 class JavaConsumerMember:
