@@ -604,6 +604,10 @@ def describe_connect_error(where: str, error: BaseException) -> str:
             f"ZooKeeper at {where} did not answer 'srvr' (not serving yet; or a TLS port, "
             "which needs zookeeper.ssl.client.enable=true)"
         )
+    if isinstance(error, ConnectionRefusedError):
+        return f"ZooKeeper at {where} refused the connection (nothing listening on that port?)"
+    if isinstance(error, OSError) and error.strerror:
+        return f"could not connect to ZooKeeper at {where}: {error.strerror}"
     return f"could not connect to ZooKeeper at {where}: {error!r}"
 
 
