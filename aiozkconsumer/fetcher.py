@@ -51,11 +51,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
 from .assignors import java_string_hash
 from .cluster import EARLIEST, LATEST, KafkaClient
+from .epochs import (
+    EpochError,
+    Outcome,
+    batch_epochs,
+    classify_epoch_error,
+    needs_validation,
+    validate_position,
+)
 from .errors import (
     AuthenticationError,
     BrokerNotAvailableError,
@@ -68,6 +75,12 @@ from .kafka import native
 from .kafka.client import FetchChannel
 from .kafka.crc import SkippedBatch, corrupt_batches
 from .kafka.errors import PartitionError, classify_partition_error, error_name
+from .kafka.fetch_request import FetchPartition
+from .kafka.leader_epoch import (
+    LeaderAndEpoch,
+    leaders_and_epochs,
+    offsets_for_leader_epoch,
+)
 from .kafka.stable_offsets import list_offsets
 from .kafka.transactions import (
     READ_COMMITTED,
@@ -242,6 +255,9 @@ class ConsumerFetcher:
         try:
             await self._run(channel)
         finally:
+            # Free the broker's fetch-session slot now (KIP-227), not at its eviction.
+            with anyio.move_on_after(1, shield=True):
+                await channel.close_session()
             channel.close()
 
     async def _run(self, channel: FetchChannel) -> None:
@@ -264,25 +280,28 @@ class ConsumerFetcher:
                 with manager.notify_on_room(plan.blocked.values(), self._wakeup):
                     await self._wakeup.wait()
                 continue
-            by_topic: dict[str, list[tuple[int, int, int]]] = {}
             offsets: dict[TopicPartition, int] = {}
+            partitions: list[FetchPartition] = []
             for pti in plan.fetch:
                 tp = pti.tp
-                by_topic.setdefault(tp.topic, []).append(
-                    (tp.partition, pti.fetched_offset, pti.fetch_size)
+                # CurrentLeaderEpoch (KIP-320): a broker that is not the leader of this epoch
+                # answers FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of stale data.
+                partitions.append(
+                    FetchPartition(
+                        tp.topic, tp.partition, pti.fetched_offset, pti.fetch_size, pti.leader_epoch
+                    )
                 )
                 offsets[tp] = pti.fetched_offset
-            request = FetchRequest(
-                config.fetch_wait_max_ms,
-                config.fetch_min_bytes,
-                plan.max_bytes,
-                manager.isolation_level,
-                list(by_topic.items()),
-            )
             with manager.reserve(plan.slots.values()):
                 started = time.monotonic()
                 try:
-                    response = await channel.fetch(request, config.fetch_wait_max_ms)
+                    response = await channel.fetch_partitions(
+                        partitions,
+                        max_wait_ms=config.fetch_wait_max_ms,
+                        min_bytes=config.fetch_min_bytes,
+                        max_bytes=plan.max_bytes,
+                        isolation_level=manager.isolation_level,
+                    )
                 except AuthenticationError as e:
                     # Credentials or TLS refused on the loop's own connection: a leader refresh
                     # cannot help. The connection waits reconnect.backoff.max.ms between
@@ -338,6 +357,17 @@ class ConsumerFetcher:
                         fetched.append(tp)
                 elif err is PartitionError.OFFSET_OUT_OF_RANGE:
                     out_of_range.append(pti)
+                elif error_code in _EPOCH_ERRORS:
+                    # Our metadata is older (FENCED) or newer (UNKNOWN) than the broker's:
+                    # the leader finder refreshes it and hands the partition on again.
+                    log.info(
+                        "fetch of %s from broker %s at leader epoch %d: %s; refreshing metadata",
+                        tp,
+                        self.node_id,
+                        pti.leader_epoch,
+                        _EPOCH_ERRORS[error_code],
+                    )
+                    errored.append(tp)
                 else:
                     log.info(
                         "fetch of %s from broker %s: %s", tp, self.node_id, error_name(error_code)
@@ -423,11 +453,21 @@ class ConsumerFetcher:
                 size = len(data)
                 metrics.bytes_per_sec(pti.topic).mark(size)
                 metrics.bytes_per_sec().mark(size)
-            self._hand_over(FetchedDataChunk(batches, pti, fetch_offset), next_offset)
+            # The epochs of the batches, for the position's validation and for commits.
+            epochs = pti.epochs
+            epochs.add(batch_epochs(data, next_offset))
+            epochs.prune(pti.consumed_offset)
+            self._hand_over(
+                FetchedDataChunk(batches, pti, fetch_offset, truncations=pti.truncations),
+                next_offset,
+            )
         elif isinstance(corrupt, UnsupportedCodecError):
             log.error("%s; not delivered, %s stops at offset %s", corrupt, pti.tp, fetch_offset)
             self.partitions.pop(pti.tp, None)
-            self._hand_over(FetchedDataChunk((), pti, fetch_offset, error=corrupt), fetch_offset)
+            self._hand_over(
+                FetchedDataChunk((), pti, fetch_offset, error=corrupt, truncations=pti.truncations),
+                fetch_offset,
+            )
         elif corrupt is not None:
             log.error(
                 "%s; not delivered, %s stops at offset %s (crc.error.action=raise)",
@@ -437,12 +477,20 @@ class ConsumerFetcher:
             )
             self._mark_corrupt(pti)
             self.partitions.pop(pti.tp, None)
-            self._hand_over(FetchedDataChunk((), pti, fetch_offset, error=corrupt), fetch_offset)
+            self._hand_over(
+                FetchedDataChunk((), pti, fetch_offset, error=corrupt, truncations=pti.truncations),
+                fetch_offset,
+            )
         elif _too_large(data, pti.fetch_size):
             # A batch larger than fetch.message.max.bytes: it can never be returned. Hand the
             # iterator a chunk that raises MessageSizeTooLargeError and stop fetching it.
             self.partitions.pop(pti.tp, None)
-            self._hand_over(FetchedDataChunk((), pti, fetch_offset, too_large=True), fetch_offset)
+            self._hand_over(
+                FetchedDataChunk(
+                    (), pti, fetch_offset, too_large=True, truncations=pti.truncations
+                ),
+                fetch_offset,
+            )
         else:
             # Only the start of a batch that fits: the response's max_bytes cut it short.
             return False
@@ -492,6 +540,10 @@ class ConsumerFetcher:
             self.manager.waiting_chunk(pti.queue, -1)
             self._delivering.discard(pti.tp)
             self._wakeup.set()
+
+
+_EPOCH_ERRORS = {74: "FENCED_LEADER_EPOCH (74)", 75: "UNKNOWN_LEADER_EPOCH (75)"}
+"""The Fetch errors of a ``CurrentLeaderEpoch`` the broker does not hold (KIP-320)."""
 
 
 def _too_large(data: Any, fetch_size: int) -> bool:
@@ -762,7 +814,14 @@ class FetcherManager:
         self.lag_end[tp] = last_stable if self.read_committed and last_stable >= 0 else highwater
 
     async def _leader_finder(self) -> None:
-        """The ``LeaderFinderThread``: find leaders of partitions that have none."""
+        """The ``LeaderFinderThread``: find leaders of partitions that have none.
+
+        Beyond the original (KIP-320): each partition's leader epoch comes with its leader
+        (Metadata v7, :func:`~.kafka.leader_epoch.leaders_and_epochs`) and is sent with
+        every fetch. When the leader epoch moved on since the partition was last fetched,
+        its position is checked with the new leader before fetching on
+        (:meth:`_validate_positions`).
+        """
         backoff_s = self.config.refresh_leader_backoff_ms / 1000
         while True:
             await self._no_leader_event.wait()
@@ -773,14 +832,42 @@ class FetcherManager:
             ok = await self.kafka.refresh_metadata({tp.topic for tp in pending})
             if not ok:
                 log.warning("Failed to find leader for %s: no broker answered", sorted(pending))
+            epochs = await self._leader_epochs(pending)
             found: dict[tuple[int, int], list[PartitionTopicInfo]] = {}
+            to_validate: dict[int, dict[PartitionTopicInfo, int]] = {}
             for tp, pti in pending.items():
-                leader = self.kafka.leader_for(tp)
+                leader: int | None
+                if epochs is not None:
+                    # A broker without epochs (before 2.1, or a partition it has no
+                    # leader for) answers -1: fetched as before KIP-320.
+                    answer = epochs.get(tp)
+                    if answer is not None and answer.leader >= 0:
+                        leader, epoch = answer
+                    else:
+                        leader, epoch = self.kafka.leader_for(tp), -1
+                elif pti.leader_epoch < 0:
+                    leader, epoch = self.kafka.leader_for(tp), -1
+                else:
+                    # The epoch was known: never hand the partition on without it (a new
+                    # leader's position must be validated first). Asked again next round.
+                    continue
                 if leader is None or not pti.active:
                     continue
+                if pti.fetched_offset >= 0 and needs_validation(
+                    pti.offset_epoch(pti.fetched_offset), pti.leader_epoch, epoch
+                ):
+                    to_validate.setdefault(leader, {})[pti] = epoch
+                    continue
+                pti.leader_epoch = epoch
                 key = (leader, fetcher_id_for(tp, self.config.num_consumer_fetchers))
                 found.setdefault(key, []).append(pti)
                 del self._no_leader[tp]
+            for leader, checks in to_validate.items():
+                for pti in await self._validate_positions(leader, checks):
+                    if self._no_leader.pop(pti.tp, None) is None:
+                        continue  # removed while the leader was asked
+                    key = (leader, fetcher_id_for(pti.tp, self.config.num_consumer_fetchers))
+                    found.setdefault(key, []).append(pti)
             for key, ptis in found.items():
                 fetcher = self.fetchers.get(key)
                 if fetcher is None:
@@ -790,6 +877,165 @@ class FetcherManager:
             if not self._no_leader:
                 self._no_leader_event = anyio.Event()
             await anyio.sleep(backoff_s)
+
+    async def _leader_epochs(
+        self, pending: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, LeaderAndEpoch] | None:
+        """Leaders and leader epochs (Metadata v7) from the partitions' leaders as aiokafka's
+        metadata knows them, else the first other broker that answers; ``None`` when none
+        does."""
+        pending = list(pending)
+        nodes = sorted({n for n in map(self.kafka.leader_for, pending) if n is not None})
+        nodes += [n for n, _ in self.kafka.brokers() if n not in nodes]
+        topics = {tp.topic for tp in pending}
+        for node in nodes:
+            try:
+                return await leaders_and_epochs(self.kafka, node, topics)
+            except BrokerNotAvailableError as e:
+                log.debug("no leader epochs from broker %s: %s", node, e)
+        return None
+
+    async def _validate_positions(
+        self, leader: int, checks: dict[PartitionTopicInfo, int]
+    ) -> list[PartitionTopicInfo]:
+        """Check positions against a new leader's log (OffsetsForLeaderEpoch, KIP-320).
+
+        As the Java client's ``OffsetsForLeaderEpochUtils`` and
+        ``SubscriptionState.maybeCompleteValidation``: for each partition, ask where the
+        leader's log of the position's epoch ends (:func:`~.epochs.validate_position`
+        decides). A log that ends before the position was truncated under the consumer (an
+        unclean leader election): the position goes back to where the logs diverge, or by
+        ``auto.offset.reset`` when that is unknown, with a WARNING naming the partition, the
+        truncated range and the records lost or read again. Chunks fetched before are dropped
+        by the iterator (``PartitionTopicInfo.truncations``).
+
+        Args:
+            leader: the partitions' new leader.
+            checks: ``{partition: the new leader epoch}``.
+
+        Returns:
+            The partitions to fetch from ``leader`` now (leader epoch set); the others stay
+            with the leader finder (a retriable error or no answer: asked again next round).
+        """
+        positions = {
+            pti: (pti.fetched_offset, pti.offset_epoch(pti.fetched_offset)) for pti in checks
+        }
+        try:
+            answers = await offsets_for_leader_epoch(
+                self.kafka,
+                leader,
+                {pti.tp: (checks[pti], epoch) for pti, (_, epoch) in positions.items()},
+            )
+        except BrokerNotAvailableError as e:
+            log.warning(
+                "validating the positions of %s on broker %s failed: %s",
+                sorted(p.tp for p in checks),
+                leader,
+                e,
+            )
+            return []
+        ready: list[PartitionTopicInfo] = []
+        by_policy: list[PartitionTopicInfo] = []
+        for pti, (position, position_epoch) in positions.items():
+            answer = answers.get(pti.tp)
+            if answer is None or not pti.active or pti.fetched_offset != position:
+                continue  # unanswered, or released or moved meanwhile: next round
+            kind = classify_epoch_error(answer.error_code)
+            if kind is EpochError.RETRY:
+                log.debug(
+                    "validating %s on broker %s: %s", pti.tp, leader, error_name(answer.error_code)
+                )
+                continue
+            old_epoch, pti.leader_epoch = pti.leader_epoch, checks[pti]
+            ready.append(pti)
+            if kind is EpochError.FATAL:
+                # TOPIC_AUTHORIZATION_FAILED: the fetch reports it as it does today.
+                continue
+            verdict = validate_position(
+                position, position_epoch, answer.leader_epoch, answer.end_offset
+            )
+            if verdict.outcome is Outcome.TRUNCATED:
+                consumed = pti.consumed_offset
+                # Records below the divergence point that were fetched but not yet handed
+                # out are still in the log: fetch them again rather than drop them.
+                new = min(consumed, verdict.offset) if consumed >= 0 else verdict.offset
+                epoch = verdict.epoch if new == verdict.offset else pti.offset_epoch(new)
+                log.warning(
+                    "Log truncation detected for partition %s (leader epoch %d -> %d on "
+                    "broker %s, an unclean leader election?): the leader's log of epoch %d "
+                    "ends at offset %d, but offsets %d..%d had been fetched from the previous "
+                    "leader: %d record offset(s) truncated, %d of them already handed out "
+                    "and no longer in the log. Resetting the position to offset %d "
+                    "(auto.offset.reset=%s; the first offset known to diverge, as the Java "
+                    "client): offsets %d..%d will be read again from the new leader",
+                    pti.tp,
+                    old_epoch,
+                    checks[pti],
+                    leader,
+                    position_epoch,
+                    verdict.offset,
+                    verdict.offset,
+                    position - 1,
+                    verdict.truncated,
+                    max(0, min(consumed, position) - verdict.offset),
+                    new,
+                    self.config.auto_offset_reset,
+                    new,
+                    position - 1,
+                )
+                pti.truncations += 1
+                pti.reset_offsets(new, epoch)
+            elif verdict.outcome is Outcome.TRUNCATED_UNKNOWN:
+                by_policy.append(pti)
+        if by_policy:
+            await self._reset_truncated(leader, by_policy, positions)
+        return ready
+
+    async def _reset_truncated(
+        self,
+        leader: int,
+        ptis: list[PartitionTopicInfo],
+        positions: dict[PartitionTopicInfo, tuple[int, int]],
+    ) -> None:
+        """Reset by ``auto.offset.reset`` the positions whose divergence point the leader
+        does not know (it holds no epoch up to theirs), with the WARNING."""
+        policy = self.config.auto_offset_reset
+        ts = EARLIEST if policy == "smallest" else LATEST
+        try:
+            offsets = await list_offsets(
+                self.kafka, leader, {p.tp: ts for p in ptis}, isolation_level=self.isolation_level
+            )
+        except (BrokerNotAvailableError, UnknownTopicError) as e:
+            offsets = {}
+            log.warning("offset reset on broker %s failed: %s", leader, e)
+        for pti in ptis:
+            position, position_epoch = positions[pti]
+            new = offsets.get(pti.tp)
+            if new is None:
+                # Asked again next round (the fetch loop resets a position of -1 by policy
+                # too, but without saying why).
+                continue
+            consumed = pti.consumed_offset
+            log.warning(
+                "Log truncation detected for partition %s on broker %s (an unclean leader "
+                "election?): the leader holds no leader epoch up to %d, the epoch of offset "
+                "%d, so where its log diverged from the %d record offset(s) fetched is "
+                "unknown. Resetting the position to offset %d by auto.offset.reset=%s: %s",
+                pti.tp,
+                leader,
+                position_epoch,
+                position - 1,
+                position,
+                new,
+                policy,
+                f"offsets {new}..{consumed - 1} will be read again"
+                if new < consumed
+                else f"offsets {position}..{new - 1} ({new - position}) are skipped"
+                if new > position
+                else "no offset is skipped or read again",
+            )
+            pti.truncations += 1
+            pti.reset_offsets(new)
 
     async def _run_fetcher(self, fetcher: ConsumerFetcher) -> None:
         try:

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .epochs import NO_EPOCH, EpochMarks
+
 __all__ = [
     "HISTORY_LIMIT",
     "FetchedDataChunk",
@@ -152,6 +154,14 @@ class PartitionTopicInfo:
             member claimed the partition; commits are refused once it moved on. ``-1``: none.
         meters: the ``MessagesPerSec`` meters (this topic, all topics) marked per record
             handed out, or ``None`` without metrics.
+        leader_epoch: the leader epoch the partition is fetched under (KIP-320), from
+            metadata; sent as the Fetch's ``CurrentLeaderEpoch``; -1 unknown.
+        epochs: the leader epochs of the batches fetched and not yet committed
+            (:class:`~aiozkconsumer.epochs.EpochMarks`), set by the fetcher: the epoch of
+            the fetch position (checked after a leader change) and of the consumed offset
+            (committed with it, :meth:`offset_epoch`).
+        truncations: how many times the fetcher moved the position back after a log
+            truncation; chunks fetched before the last one are dropped by the iterator.
     """
 
     topic: str
@@ -165,15 +175,29 @@ class PartitionTopicInfo:
     gate: OwnershipGate = _ALWAYS_OPEN
     meters: tuple[Any, Any] | None = None
     fence: int = -1
+    leader_epoch: int = NO_EPOCH
+    epochs: EpochMarks = field(default_factory=EpochMarks)
+    truncations: int = 0
     tp: TopicPartition = field(init=False)
 
     def __post_init__(self) -> None:
         self.tp = TopicPartition(self.topic, self.partition)
 
-    def reset_offsets(self, offset: int) -> None:
-        """Set both the fetch and the consumed offset (after an offset reset)."""
+    def reset_offsets(self, offset: int, epoch: int = NO_EPOCH) -> None:
+        """Set both the fetch and the consumed offset (after an offset reset).
+
+        Args:
+            offset: the new position.
+            epoch: the leader epoch of the record before it, -1 unknown.
+        """
         self.fetched_offset = offset
         self.consumed_offset = offset
+        self.epochs.reset(offset, epoch)
+
+    def offset_epoch(self, offset: int) -> int:
+        """The leader epoch of the record before ``offset`` (what a commit of ``offset``
+        carries as ``CommittedLeaderEpoch``), -1 when unknown."""
+        return self.epochs.epoch_before(offset)
 
     def __repr__(self) -> str:
         return (
@@ -200,6 +224,8 @@ class FetchedDataChunk:
         error: an error the iterator raises instead of handing out records (a
             ``CorruptRecordError`` for a batch at ``fetch_offset`` whose CRC does not match),
             leaving the consumed offset where it is; ``None`` for data.
+        truncations: the partition's ``truncations`` when the chunk was fetched; a chunk
+            of records fetched before a log truncation moved the position is dropped.
     """
 
     batches: Sequence[Any]
@@ -207,6 +233,7 @@ class FetchedDataChunk:
     fetch_offset: int
     too_large: bool = False
     error: Exception | None = None
+    truncations: int = 0
 
 
 HISTORY_LIMIT = 100

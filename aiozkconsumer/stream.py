@@ -160,6 +160,8 @@ class ConsumerIterator:
         pti = chunk.topic_info
         if not pti.active:
             return  # released by a rebalance while queued
+        if chunk.truncations != pti.truncations:
+            return  # fetched from a log that was truncated since (the fetcher warned)
         if chunk.too_large:
             raise MessageSizeTooLargeError(
                 "Found a message larger than the maximum fetch size of this consumer "

@@ -165,9 +165,10 @@ def test_a_length_beyond_the_response_is_refused() -> None:
         _feed(FetchResponseParser(7, 3), bytes(data), random.Random(0))
 
 
-def test_unparsed_versions_are_refused() -> None:
+@pytest.mark.parametrize("version", [3, 19])
+def test_unparsed_versions_are_refused(version: int) -> None:
     with pytest.raises(ValueError):
-        FetchResponseParser(12, 1)
+        FetchResponseParser(version, 1)
 
 
 # -- the fetch plan, without servers ------------------------------------------------------

@@ -19,13 +19,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
-from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
 from aiokafka.protocol.coordination import FindCoordinatorRequest
 
 from ..errors import ConsumerError
 from ..records import TopicPartition
 from .client import KafkaClient, drop_coordination_connection, send_coordination
 from .errors import NO_ANSWER, NONE, AiokafkaError, IncompatibleBrokerVersion, error_name
+from .leader_epoch import OffsetCommitEpochRequest, OffsetFetchEpochRequest
 
 __all__ = ["ChannelError", "KafkaGetter", "OffsetsChannel"]
 
@@ -64,7 +64,8 @@ class OffsetsChannel:
     sent with generation -1 and member id ``""`` (a "simple consumer" commit: the group never
     joins Kafka's group protocol), retention -1 (the broker's ``offsets.retention.minutes``)
     and empty metadata unless the caller gives some (the Spark bridge's batch log); aiokafka
-    negotiates the version (OffsetCommit v2-v3, OffsetFetch v1-v3).
+    negotiates the version: OffsetCommit v2, v3, v6 or v7 (v6+ carry each offset's leader
+    epoch, KIP-320), OffsetFetch v1, v2, v3 or v5 (v5+ answer it).
 
     Args:
         kafka_getter: async callable returning the connector's started Kafka client. Its
@@ -96,6 +97,7 @@ class OffsetsChannel:
         generation: int = -1,
         member_id: str = "",
         metadata: Mapping[TopicPartition, str] | None = None,
+        leader_epochs: Mapping[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, int]:
         """Send one OffsetCommit of ``offsets``.
 
@@ -108,6 +110,9 @@ class OffsetsChannel:
                 (at most the broker's ``offset.metadata.max.bytes``, 4096 by default, or
                 that partition is refused with ``OFFSET_METADATA_TOO_LARGE``); partitions
                 left out, or all with ``None``, get empty metadata.
+            leader_epochs: ``{partition: leader epoch of the record before the offset}``
+                (``CommittedLeaderEpoch``, sent from OffsetCommit v6 on, as the Java
+                client's ``OffsetAndMetadata.leaderEpoch``); left out or -1: unknown.
 
         Returns:
             ``{partition: error code}`` for every partition of ``offsets``; ``NO_ANSWER``
@@ -117,16 +122,14 @@ class OffsetsChannel:
             ChannelError: no usable answer.
         """
         texts = metadata or {}
-        by_topic: dict[str, list[tuple[int, int, str]]] = {}
+        epochs = leader_epochs or {}
+        by_topic: dict[str, list[tuple[int, int, int, str]]] = {}
         for tp, offset in offsets.items():
             text = texts.get(tp, _NO_METADATA)
-            by_topic.setdefault(tp.topic, []).append((tp.partition, offset, text))
-        request = OffsetCommitRequest(
-            self.group,
-            generation,
-            member_id,
-            OffsetCommitRequest.DEFAULT_RETENTION_TIME,
-            sorted(by_topic.items()),
+            epoch = epochs.get(tp, -1)
+            by_topic.setdefault(tp.topic, []).append((tp.partition, offset, epoch, text))
+        request = OffsetCommitEpochRequest(
+            self.group, generation, member_id, sorted(by_topic.items())
         )
         async with self._lock:
             response = await self._to_coordinator(request, "OffsetCommit")
@@ -172,20 +175,42 @@ class OffsetsChannel:
         Raises:
             ChannelError: no usable answer (also: ``None`` and a broker older than 0.10.2).
         """
+        code, answered = await self.fetch_with_epochs(tps)
+        return code, {tp: (o, m, err) for tp, (o, _, m, err) in answered.items()}
+
+    async def fetch_with_epochs(
+        self, tps: Iterable[TopicPartition] | None
+    ) -> tuple[int, dict[TopicPartition, tuple[int, int, str, int]]]:
+        """Send one OffsetFetch, keeping each offset's leader epoch and metadata.
+
+        Args:
+            tps: the partitions; ``None`` asks for every partition the group has an offset
+                for (OffsetFetch v2+, KIP-88).
+
+        Returns:
+            ``(group error code, {partition: (offset, leader epoch, metadata, error
+            code)})`` as answered; the leader epoch is -1 when none was committed or the
+            broker answers below OffsetFetch v5.
+
+        Raises:
+            ChannelError: no usable answer (also: ``None`` and a broker older than 0.10.2).
+        """
         topics: list[tuple[str, list[int]]] | None = None
         if tps is not None:
             by_topic: dict[str, list[int]] = {}
             for tp in tps:
                 by_topic.setdefault(tp.topic, []).append(tp.partition)
             topics = sorted(by_topic.items())
-        request = OffsetFetchRequest(self.group, topics)
+        request = OffsetFetchEpochRequest(self.group, topics)
         async with self._lock:
             response = await self._to_coordinator(request, "OffsetFetch")
-        answered: dict[TopicPartition, tuple[int, str, int]] = {}
+        answered: dict[TopicPartition, tuple[int, int, str, int]] = {}
         for topic, parts in response.topics:
-            for partition, offset, metadata, code in parts:
+            for partition, offset, *rest in parts:
+                epoch, metadata, code = rest if len(rest) == 3 else (-1, *rest)
                 answered[TopicPartition(topic, partition)] = (
                     int(offset),
+                    int(epoch),
                     metadata or _NO_METADATA,
                     int(code),
                 )

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -21,6 +22,7 @@ from aiokafka import conn as _aiokafka_conn
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.conn import CloseReason
 from aiokafka.protocol.admin import SaslAuthenticateRequest_v0, SaslAuthenticateRequest_v1
+from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
@@ -34,9 +36,18 @@ from ..errors import (
 )
 from ..records import TopicPartition
 from ..security import KafkaSecurity
+from . import fetch_request, topic_ids
 from .diagnose import diagnose_bootstrap
 from .errors import AiokafkaError, PartitionError, classify_partition_error, error_name
-from .fetch_connection import MAX_VERSION, MIN_VERSION, FetchConnection
+from .fetch_connection import MAX_NON_FLEXIBLE, MIN_VERSION, FetchConnection, FetchResponse
+from .fetch_request import ZERO_UUID, FetchPartition, FlexibleFetchRequest, topic_id_str
+from .fetch_session import (
+    FETCH_SESSION_TOPIC_ID_ERROR,
+    INVALID_SESSION_ID,
+    LEGACY,
+    FetchRequestData,
+    FetchSessionHandler,
+)
 
 __all__ = ["EARLIEST", "LATEST", "FetchChannel", "KafkaClient"]
 
@@ -384,25 +395,49 @@ def _hide_sasl_payloads() -> None:
 
 
 class FetchChannel:
-    """Where one fetch loop sends its FetchRequests to one broker.
+    """Where one fetch loop sends its FetchRequests to one broker, and keeps its fetch session.
 
-    The request is built by aiokafka's ``FetchRequest`` at the version aiokafka negotiated
-    with the broker. Versions 4-11 go over a :class:`~.fetch_connection.FetchConnection` of
-    this channel's own, which reads the response without re-buffering it; any other version
-    (or ``dedicated=False``) over aiokafka's shared connection. Either way the response has
-    ``topics`` (``[(topic, [(partition, error code, high watermark, ..., records)])]``) and
-    ``throttle_time_ms``.
+    Two ways in:
+
+    - :meth:`fetch_partitions` (the fetch loops'): the newest FetchRequest version both this
+      client and the broker know. v12-v18 (the flexible versions: Kafka 2.7+) are built here
+      (``fetch_request.py``) with every field of the Java consumer's request, in an
+      incremental fetch session (KIP-227, ``fetch_session.py``: the channel's
+      :attr:`session`) and, from v13 on, with topic ids (asked of the broker once per topic
+      with a MetadataRequest v10+, ``topic_ids.py``). Older brokers, or ``dedicated=False``,
+      get aiokafka's ``FetchRequest`` (v4-v11, sessionless, leader epochs not sent) as
+      :meth:`fetch` sends it.
+    - :meth:`fetch`: an aiokafka ``FetchRequest`` at the version aiokafka negotiated, v4-v11.
+
+    Either goes over a :class:`~.fetch_connection.FetchConnection` of this channel's own,
+    which reads the response without re-buffering it, unless ``dedicated=False`` or the
+    version is not one it parses: then over aiokafka's shared connection. Either way the
+    response has ``topics`` (``[(topic, [(partition, error code, high watermark, ...,
+    records)])]``, topics named even when the request used ids) and ``throttle_time_ms``.
 
     Args:
         kafka: the client.
         node_id: the broker.
         dedicated: whether to use a connection of its own.
+        sessions: whether :meth:`fetch_partitions` uses a fetch session (else every
+            request is full and sessionless, as aiokafka's).
+        max_version: the newest Fetch version to use (lower it to compare versions).
     """
 
-    def __init__(self, kafka: KafkaClient, node_id: int, *, dedicated: bool = True) -> None:
+    def __init__(
+        self,
+        kafka: KafkaClient,
+        node_id: int,
+        *,
+        dedicated: bool = True,
+        sessions: bool = True,
+        max_version: int = fetch_request.MAX_VERSION,
+    ) -> None:
         self._kafka = kafka
         self.node_id = node_id
         self.dedicated = dedicated
+        self.sessions = sessions
+        self.max_version = max_version
         self._versions: dict[int, tuple[int, int]] | None = None
         self.connection = FetchConnection(
             node_id,
@@ -412,9 +447,14 @@ class FetchChannel:
             security=kafka.security,
             token_provider=kafka.token_provider,
         )
+        self.session = FetchSessionHandler(node_id)
+        """The fetch session with the broker (:meth:`fetch_partitions`')."""
+        self._topic_ids: dict[str, bytes] = {}
+        self.last_version: int | None = None
+        """The version of the last request :meth:`fetch_partitions` sent."""
 
     async def fetch(self, request: Any, max_wait_ms: int) -> Any:
-        """Send a FetchRequest and return its response.
+        """Send an aiokafka FetchRequest and return its response.
 
         Args:
             request: an aiokafka ``FetchRequest``.
@@ -430,13 +470,12 @@ class FetchChannel:
         """
         if not self.dedicated:
             return await self._kafka.send(self.node_id, request)
-        if self._versions is None:
-            self._versions = await self._kafka.api_versions(self.node_id)
+        versions = await self._api_versions()
         try:
-            struct = request.prepare(self._versions)
+            struct = request.prepare(versions)
         except AiokafkaError as e:
             raise BrokerNotAvailableError(f"no Fetch version for broker {self.node_id}") from e
-        if not MIN_VERSION <= struct.API_VERSION <= MAX_VERSION:
+        if not MIN_VERSION <= struct.API_VERSION <= MAX_NON_FLEXIBLE:
             return await self._kafka.send(self.node_id, request)
         try:
             return await self.connection.fetch(struct, max_wait_ms)
@@ -444,12 +483,258 @@ class FetchChannel:
             self._versions = None  # the broker may come back as another version
             raise
 
+    async def _api_versions(self) -> dict[int, tuple[int, int]]:
+        if self._versions is None:
+            self._versions = await self._kafka.api_versions(self.node_id)
+        return self._versions
+
+    async def flexible_version(self) -> int | None:
+        """The Fetch version :meth:`fetch_partitions` uses with this broker when topic ids
+        are known: the newest both sides know, if flexible (v12+); else ``None`` (aiokafka's
+        request then).
+
+        Raises:
+            BrokerNotAvailableError: the broker could not be reached.
+        """
+        if not self.dedicated:
+            return None
+        low, high = (await self._api_versions()).get(fetch_request.FETCH_API_KEY, (0, -1))
+        version = min(high, self.max_version, fetch_request.MAX_VERSION)
+        if version < fetch_request.MIN_VERSION or version < low:
+            return None
+        return version
+
+    async def fetch_partitions(
+        self,
+        partitions: Sequence[FetchPartition],
+        *,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        isolation_level: int = 0,
+        rack_id: str = "",
+    ) -> Any:
+        """Fetch ``partitions`` with the newest Fetch version, in the channel's fetch session.
+
+        The session decides what the request carries (``FetchSessionHandler``): the first
+        request is full; later ones carry only the partitions added, or whose fetch offset,
+        leader epoch or max bytes changed, and forget the ones left out. The broker answers
+        only the partitions with something new (records, high watermark, log start offset,
+        an error): a partition of ``partitions`` missing from the response has nothing new.
+        When the broker answers with a session error (``FETCH_SESSION_ID_NOT_FOUND`` after a
+        restart, ``INVALID_FETCH_SESSION_EPOCH``, ``FETCH_SESSION_TOPIC_ID_ERROR``), or with a
+        response the session cannot use, the request is sent again at once as a full one
+        (a new session), so the caller sees one answer either way.
+
+        Args:
+            partitions: what to fetch, in order (one per topic partition): fetch offset,
+                ``PartitionMaxBytes``, and the leader epoch the client knows (-1: none).
+            max_wait_ms: ``MaxWaitMs``.
+            min_bytes: ``MinBytes``.
+            max_bytes: ``MaxBytes`` of the response.
+            isolation_level: 0 read_uncommitted, 1 read_committed.
+            rack_id: ``client.rack`` (v11+).
+
+        Returns:
+            A :class:`~.fetch_connection.FetchResponse` (``topics`` named), or aiokafka's
+            decoded response on the aiokafka path; both have ``topics`` and
+            ``throttle_time_ms``, partitions as ``(partition, error code, high watermark,
+            ..., records)``.
+
+        Raises:
+            BrokerNotAvailableError: the broker could not be reached, the request failed or
+                timed out, or the broker refused two requests in a row with a top-level
+                error (the second a full one); the next call starts a new session.
+            SslAuthenticationError: the own connection's TLS handshake failed.
+            AuthenticationError: the own connection's SASL authentication failed.
+        """
+        if not partitions:
+            return FetchResponse()
+        version = await self.flexible_version()
+        if version is None:
+            by_topic: dict[str, list[tuple[int, int, int]]] = {}
+            for p in partitions:
+                by_topic.setdefault(p.topic, []).append(
+                    (p.partition, p.fetch_offset, p.partition_max_bytes)
+                )
+            request = FetchRequest(
+                max_wait_ms, min_bytes, max_bytes, isolation_level, list(by_topic.items()), rack_id
+            )
+            return await self.fetch(request, max_wait_ms)
+        topics = set(map(_TOPIC, partitions))
+        for attempt in range(2):
+            ids: Mapping[str, bytes] = {}
+            if version >= fetch_request.TOPIC_ID_VERSION:
+                ids = await self._topic_ids_for(topics)
+            if self.sessions:
+                data = self.session.build(partitions, ids)
+            else:
+                data = _sessionless(partitions, ids, topics)
+            v = version if data.can_use_topic_ids else min(version, 12)
+            request_v = FlexibleFetchRequest(
+                v,
+                max_wait_ms,
+                min_bytes,
+                max_bytes,
+                isolation_level,
+                data.metadata.session_id,
+                data.metadata.epoch,
+                data.to_send,
+                data.topic_ids,
+                data.forgotten(v),
+                rack_id,
+            )
+            names = (
+                self.session.session_topic_names
+                if self.sessions
+                else {i: t for t, i in data.topic_ids.items()}
+            )
+            self.last_version = v
+            try:
+                response = await self.connection.fetch(request_v, max_wait_ms, topic_names=names)
+            except BaseException as e:
+                self.session.handle_error()
+                if isinstance(e, BrokerNotAvailableError):
+                    self._versions = None  # the broker may come back as another version
+                raise
+            self._forget_stale_topic_ids(response)
+            if not self.sessions:
+                return response
+            if self.session.handle_response(
+                error_code=response.error_code,
+                session_id=response.session_id,
+                partitions=[(t, part[0]) for t, parts in response.topics for part in parts],
+                topic_ids=response.topic_ids,
+                throttle_time_ms=response.throttle_time_ms,
+                version=v,
+            ):
+                return response
+            if not response.error_code and not response.topics and response.throttle_time_ms:
+                return response  # throttled (KIP-219): nothing to hand out, nothing lost
+            if response.error_code == FETCH_SESSION_TOPIC_ID_ERROR:
+                self._topic_ids.clear()
+            log.debug(
+                "fetch from broker %s not usable (error %d, attempt %d): asking again with a "
+                "full request",
+                self.node_id,
+                response.error_code,
+                attempt + 1,
+            )
+        raise BrokerNotAvailableError(
+            f"broker {self._kafka.broker_address(self.node_id)} answered a full fetch request, "
+            f"sent after a fetch session error, with a response the session cannot use "
+            f"(top-level error code {response.error_code})"
+        )
+
+    def _forget_stale_topic_ids(self, response: FetchResponse) -> None:
+        """Drop the cached ids of topics the broker did not know by id (re-created)."""
+        for topic, parts in response.topics:
+            if any(part[1] in _STALE_TOPIC_ID_ERRORS for part in parts):
+                self._topic_ids.pop(topic, None)
+        if response.unknown_topic_ids:
+            self._topic_ids.clear()
+
+    async def _topic_ids_for(self, topics: set[str]) -> Mapping[str, bytes]:
+        """The ids of ``topics``, asked of the broker (MetadataRequest v10+) when not cached;
+        :data:`~.fetch_request.ZERO_UUID` for a topic without one (then FetchRequest v12)."""
+        cache = self._topic_ids
+        missing = sorted(t for t in topics if t not in cache)
+        if not missing:
+            return cache
+        low, high = (await self._api_versions()).get(topic_ids.METADATA_API_KEY, (0, -1))
+        version = min(high, topic_ids.MAX_VERSION)
+        if version < topic_ids.MIN_VERSION or version < low:
+            cache.update(dict.fromkeys(missing, ZERO_UUID))
+            return cache
+        sent: list[int] = []
+
+        def encode(correlation_id: int, client_id: str) -> bytes:
+            sent.append(correlation_id)
+            return topic_ids.encode_metadata_request(version, correlation_id, client_id, missing)
+
+        frame = await self.connection.request_raw(encode)
+        try:
+            error, answers = topic_ids.decode_metadata_response(version, sent[-1], frame)
+        except ValueError as e:
+            log.warning(
+                "broker %s sent a MetadataResponse v%d that does not parse (%s): fetching %s "
+                "by name",
+                self.node_id,
+                version,
+                e,
+                missing,
+            )
+            error, answers = -1, []
+        found = {a.name: a.topic_id for a in answers if not a.error_code}
+        for topic in missing:
+            cache[topic] = found.get(topic, ZERO_UUID)
+        log.debug(
+            "topic ids from broker %s (Metadata v%d, error %d): %s",
+            self.node_id,
+            version,
+            error,
+            {t: topic_id_str(cache[t]) for t in missing},
+        )
+        return cache
+
+    async def close_session(self) -> None:
+        """Close the fetch session on the broker, if the channel has one and is connected.
+
+        As ``AbstractFetch.prepareCloseFetchSessionRequests``: a request with the session's
+        id, epoch -1 (``FINAL_EPOCH``) and no partitions; the broker drops the session and
+        answers at once. Frees the broker's session cache slot now rather than when it is
+        evicted. Best effort: failures are logged at DEBUG, never raised (but cancellation
+        is: bound it with a shielded time limit at cleanup).
+        """
+        version = self.last_version
+        if (
+            not self.sessions
+            or version is None
+            or version <= MAX_NON_FLEXIBLE
+            or self.session.session_id == INVALID_SESSION_ID
+            or not self.connection.connected
+        ):
+            return
+        self.session.notify_close()
+        data = self.session.build([], {})
+        request = FlexibleFetchRequest(
+            version, 0, 0, 1, 0, data.metadata.session_id, data.metadata.epoch
+        )
+        try:
+            response = await self.connection.fetch(request, 0)
+        except (BrokerNotAvailableError, AuthenticationError) as e:
+            self.session.handle_error()
+            log.debug("closing the fetch session with broker %s failed: %s", self.node_id, e)
+            return
+        self.session.handle_response(
+            error_code=response.error_code,
+            session_id=response.session_id,
+            partitions=(),
+            version=version,
+        )
+
     def close(self) -> None:
         """Close the channel's own connection (never raises)."""
         self.connection.close()
 
     def __repr__(self) -> str:
-        return f"<FetchChannel broker {self.node_id} {self.connection!r}>"
+        return f"<FetchChannel broker {self.node_id} {self.session!r} {self.connection!r}>"
+
+
+_TOPIC = operator.itemgetter(0)  # a FetchPartition's topic
+
+_STALE_TOPIC_ID_ERRORS = frozenset((100, 103))
+"""``UNKNOWN_TOPIC_ID``, ``INCONSISTENT_TOPIC_ID``: the topic's id changed (re-created)."""
+
+
+def _sessionless(
+    partitions: Sequence[FetchPartition], known: Mapping[str, bytes], topics: set[str]
+) -> FetchRequestData:
+    """A full request outside any session (``FetchMetadata.LEGACY``)."""
+    ids = {t: known.get(t, ZERO_UUID) for t in topics}
+    return FetchRequestData(
+        list(partitions), ids, [], [], LEGACY, ZERO_UUID not in ids.values(), len(partitions)
+    )
 
 
 async def send_coordination(kafka: KafkaClient, node: int, request: Any, timeout_s: float) -> Any:

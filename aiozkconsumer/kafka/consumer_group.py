@@ -410,6 +410,8 @@ class OffsetCommitV9Request(Request[OffsetCommitRequest_v9]):
         member_id: the member id.
         offsets: ``{partition: next offset to read}``.
         metadata: ``{partition: metadata string}``; others get ``""``.
+        leader_epochs: ``{partition: leader epoch of the record before the offset}``
+            (``CommittedLeaderEpoch``, KIP-320); others get -1 (unknown).
 
     Raises:
         NotImplementedError: (at ``prepare``) the broker has no OffsetCommit v9.
@@ -424,12 +426,14 @@ class OffsetCommitV9Request(Request[OffsetCommitRequest_v9]):
         member_id: str,
         offsets: Mapping[TopicPartition, int],
         metadata: Mapping[TopicPartition, str] | None = None,
+        leader_epochs: Mapping[TopicPartition, int] | None = None,
     ) -> None:
         texts = metadata or {}
+        epochs = leader_epochs or {}
         by_topic: dict[str, list[tuple[int, int, int, str, dict[int, bytes]]]] = {}
         for tp, offset in sorted(offsets.items()):
             by_topic.setdefault(tp.topic, []).append(
-                (tp.partition, offset, -1, texts.get(tp, ""), {})
+                (tp.partition, offset, epochs.get(tp, -1), texts.get(tp, ""), {})
             )
         self.group_id = group_id
         self.member_epoch = member_epoch
@@ -669,13 +673,16 @@ class MemberEpochOffsetsChannel(OffsetsChannel):
         generation: int = -1,
         member_id: str = "",
         metadata: Mapping[TopicPartition, str] | None = None,
+        leader_epochs: Mapping[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, int]:
         """As :meth:`OffsetsChannel.commit`, with ``generation`` the member epoch.
 
         Raises:
             ChannelError: no usable answer (``fatal``: the broker has no OffsetCommit v9).
         """
-        request = OffsetCommitV9Request(self.group, generation, member_id, offsets, metadata)
+        request = OffsetCommitV9Request(
+            self.group, generation, member_id, offsets, metadata, leader_epochs
+        )
         async with self._lock:
             response = await self._to_coordinator(request, "OffsetCommit")
         codes = dict.fromkeys(offsets, -1)

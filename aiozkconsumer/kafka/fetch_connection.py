@@ -5,8 +5,8 @@ response is copied four times on the one Python thread before the record parser 
 (the transport's ``recv`` into a new ``bytes``, ``feed_data`` into the reader's buffer,
 ``readexactly`` out of it, then ``Bytes.decode`` into each partition's ``bytes``), and the
 whole response is held in two or three of those forms at once (about 2x its size, traced).
-Here a fetch loop writes its FetchRequest (built by aiokafka's protocol classes, at the
-version aiokafka negotiated with the broker) on an ``asyncio.BufferedProtocol`` and parses the
+Here a fetch loop writes its FetchRequest (v12+ built by ``fetch_request.py``, older ones by
+aiokafka's protocol classes) on an ``asyncio.BufferedProtocol`` and parses the
 response as it arrives (:class:`FetchResponseParser`): header fields are received into a
 16 KiB read-ahead buffer and decoded in place, and each partition's record set is received
 straight into a buffer of its exact size (from its length prefix). With the native record
@@ -22,9 +22,15 @@ decrypts straight into the buffer the protocol hands it, so a record set is stil
 into its own buffer, the decryption being the one copy), and with SASL the SaslHandshake and
 SaslAuthenticate exchange (``auth.py``, with aiokafka's mechanisms) runs before the first
 Fetch, its answers received whole by a small frame reader, then again on the same connection
-before the session the broker granted ends (KIP-368). A Fetch version outside the layouts
-parsed here (v4-v11, the non-flexible ones aiokafka 0.14 builds) falls back to aiokafka's
-shared connection, as does everything but Fetch.
+before the session the broker granted ends (KIP-368).
+
+The parser reads FetchResponse v4-v11 (the versions aiokafka 0.14 builds requests for) and the
+flexible v12-v18 (requests built by ``fetch_request.py``): compact arrays and strings, tagged
+fields (``DivergingEpoch``, ``CurrentLeader``, ``NodeEndpoints`` kept), topic ids instead of
+names from v13 on, mapped back to names from the request's. A version outside these falls
+back to aiokafka's shared connection (``client.py``'s ``FetchChannel`` decides), as does
+every request but Fetch and the MetadataRequest that asks for topic ids
+(:meth:`FetchConnection.request_raw`).
 """
 
 from __future__ import annotations
@@ -35,14 +41,16 @@ import io
 import logging
 import struct
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import AuthenticationError, BrokerNotAvailableError, SslAuthenticationError
+from ..records import TopicPartition
 from ..security import KafkaSecurity
 from . import native
 from .auth import SaslSession, authenticate, tls_failure_reason
+from .fetch_request import FlexibleFetchRequest, FlexibleReader, decode_uvarint
 
 __all__ = [
     "FetchConnection",
@@ -60,8 +68,15 @@ _alloc: Callable[[int], bytearray] = native.native.alloc if native.AVAILABLE els
 READ_AHEAD = 16 * 1024
 """Bytes a receive may bring ahead of the field being parsed (header fields only)."""
 MIN_VERSION = 4
-MAX_VERSION = 11
-"""The FetchResponse layouts :class:`FetchResponseParser` decodes (the non-flexible ones)."""
+MAX_VERSION = 18
+"""The FetchResponse layouts :class:`FetchResponseParser` decodes: v4-v11, and the flexible
+v12-v18 (``FetchResponse.json`` of Kafka 4.3: v17 and v18 answer as v16)."""
+MAX_NON_FLEXIBLE = 11
+"""The newest non-flexible version: the newest aiokafka 0.14 builds a FetchRequest for."""
+
+_FIELD = 0  # the next n bytes, decoded in the read-ahead buffer
+_RECORDS = 1  # a record set of n bytes, received into a buffer of its own
+_VARINT = 2  # an unsigned varint, whatever its length (1-5 bytes)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -70,6 +85,13 @@ _TOP_V1 = struct.Struct(">iii")  # correlation id, throttle, topics
 _PART_V4 = struct.Struct(">ihqqi")  # partition, error, high watermark, last stable, aborted
 _PART_V5 = struct.Struct(">ihqqqi")  # ... + log start offset
 _ABORTED = struct.Struct(">qq")
+_TOP_V12 = struct.Struct(">ihi")  # throttle, error code, session id
+_PART_V12 = struct.Struct(">ihqqqB")  # partition, error, high watermark, last stable, log
+# start offset, the first byte of the aborted transactions' compact array length
+_ABORTED_V12 = struct.Struct(">qqB")  # producer id, first offset, tagged fields (first byte)
+_REPLICA_V12 = struct.Struct(">iB")  # preferred read replica, first byte of the records length
+_DIVERGING = struct.Struct(">iq")  # DivergingEpoch: epoch, end offset
+_LEADER = struct.Struct(">ii")  # CurrentLeader: leader id, leader epoch
 
 PartitionData = tuple[
     int, int, int, int, int, "list[tuple[int, int]] | None", "bytes | bytearray | None"
@@ -81,19 +103,43 @@ decoded ``FetchResponse`` has them, so the fetcher reads either the same way."""
 
 @dataclass(slots=True)
 class FetchResponse:
-    """A decoded FetchResponse (the parts of aiokafka's the fetcher reads).
+    """A decoded FetchResponse (the parts of aiokafka's the fetcher reads, then the rest).
+
+    Only the first four attributes are in aiokafka's decoded responses too (the fetcher reads
+    either); the others are this parser's, and the dictionaries hold only partitions whose
+    value is not the default.
 
     Attributes:
         throttle_time_ms: the broker's throttle time.
         error_code: the top-level error (v7+; 0 before).
-        topics: ``[(topic, [PartitionData, ...])]`` in response order.
+        topics: ``[(topic, [PartitionData, ...])]`` in response order; from v13 on topics are
+            named from their ids (see ``topic_names`` of :class:`FetchResponseParser`).
         size: bytes of the response after its length prefix.
+        session_id: the fetch session's id (v7+; 0 none).
+        preferred_read_replicas: v11+: partition -> the replica to fetch from next (KIP-392),
+            for partitions the broker named one for.
+        diverging_epochs: v12+: partition -> ``(epoch, end offset)`` of the ``DivergingEpoch``
+            tagged field (the log diverged from ``LastFetchedEpoch``).
+        current_leaders: v12+: partition -> ``(leader id, leader epoch)`` of the
+            ``CurrentLeader`` tagged field (sent with ``NOT_LEADER_OR_FOLLOWER`` and
+            ``FENCED_LEADER_EPOCH``, KIP-951).
+        node_endpoints: v16+: ``[(node id, host, port, rack)]`` of those leaders.
+        topic_ids: v13+: the id of each topic in the response, in order.
+        unknown_topic_ids: v13+: ids no name was known for; their partitions are left out
+            of ``topics``.
     """
 
     throttle_time_ms: int = 0
     error_code: int = 0
     topics: list[tuple[str, list[PartitionData]]] = field(default_factory=list)
     size: int = 0
+    session_id: int = 0
+    preferred_read_replicas: dict[TopicPartition, int] = field(default_factory=dict)
+    diverging_epochs: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    current_leaders: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    node_endpoints: list[tuple[int, str, int, str | None]] = field(default_factory=list)
+    topic_ids: list[bytes] = field(default_factory=list)
+    unknown_topic_ids: list[bytes] = field(default_factory=list)
 
 
 class FetchResponseParser:
@@ -106,20 +152,35 @@ class FetchResponseParser:
     of its own size (what the read-ahead already holds of it copied in first). ``done`` is
     set, and ``response`` holds the result, once the length prefix's bytes have all come.
 
+    The flexible versions (v12+) put varints (compact array and string lengths, tagged-field
+    counts) between the fixed fields: a varint is decoded where it lies in the read-ahead
+    buffer, whatever its length, and the usual one-byte ones are read together with the
+    fixed fields before them, so a partition still takes four steps (header, replica and
+    record set length, record set, tagged fields).
+
     Args:
         version: the FetchRequest's API version (:data:`MIN_VERSION` .. :data:`MAX_VERSION`).
         correlation_id: the request's correlation id.
+        topic_names: v13+: topic id -> name, for the topics the request may be answered
+            with (a fetch session's); a topic whose id is not there is left out of
+            ``response.topics`` and listed in ``response.unknown_topic_ids``.
+
+    Raises:
+        ValueError: ``version`` is not parsed here.
 
     Raises (from :meth:`filled`):
         ValueError: the bytes do not form the expected response (wrong correlation id, a
             length beyond the response's end); the connection is out of sync.
     """
 
-    def __init__(self, version: int, correlation_id: int) -> None:
+    def __init__(
+        self, version: int, correlation_id: int, topic_names: Mapping[bytes, str] | None = None
+    ) -> None:
         if not MIN_VERSION <= version <= MAX_VERSION:
             raise ValueError(f"FetchResponse v{version} is not parsed here")
         self.version = version
         self.correlation_id = correlation_id
+        self._topic_names: Mapping[bytes, str] = topic_names or {}
         self.response = FetchResponse()
         self.done = False
         self.bytes_copied = 0
@@ -129,7 +190,7 @@ class FetchResponseParser:
         self._unreceived = 4  # bytes of the response not received yet (the prefix first)
         self._record: memoryview | None = None  # the record set being received
         self._record_pos = 0
-        self._steps = self._parse()
+        self._steps = self._parse() if version <= MAX_NON_FLEXIBLE else self._parse_flexible()
         self._need = next(self._steps)
 
     def buffer(self) -> memoryview:
@@ -156,15 +217,19 @@ class FetchResponseParser:
                     return  # more of the record set to come
                 value, self._record = self._record, None
             else:
-                n, is_records = self._need
+                n, kind = self._need
                 have = self._end - self._start
-                if is_records:
+                if kind == _RECORDS:
                     record = _alloc(n)
                     take = min(have, n)
                     record[:take] = self._ahead[self._start : self._start + take]
                     self._start += take
                     self._record, self._record_pos = memoryview(record), take
                     continue
+                if kind == _VARINT:
+                    n = self._varint_length()
+                    if not n:
+                        return  # its end has not come yet
                 if have < n:
                     self._make_room(n)
                     return
@@ -174,6 +239,18 @@ class FetchResponseParser:
                 self._need = self._steps.send(value)
             except StopIteration:
                 self.done = True
+
+    def _varint_length(self) -> int:
+        """Bytes of the varint at the parse position, or 0 (room made) if not all here."""
+        ahead, start = self._ahead, self._start
+        end = min(self._end, start + 5)
+        for i in range(start, end):
+            if ahead[i] < 0x80:
+                return i + 1 - start
+        if end - start >= 5:
+            raise ValueError("unsigned varint longer than 5 bytes")
+        self._make_room(5)
+        return 0
 
     def _make_room(self, n: int) -> None:
         """Move the unparsed bytes to the front, in a bigger buffer if ``n`` needs it."""
@@ -186,11 +263,11 @@ class FetchResponseParser:
             self._ahead[:have] = self._ahead[self._start : self._end]
         self._start, self._end = 0, have
 
-    def _parse(self) -> Generator[tuple[int, bool], memoryview, None]:
-        # yield (n, is_records): the next n bytes of the response (a view, read at once).
+    def _parse(self) -> Generator[tuple[int, int], memoryview, None]:
+        # yield (n, kind): the next n bytes of the response (a view, read at once).
         v = self.version
         resp = self.response
-        (size,) = _I32.unpack((yield 4, False))
+        (size,) = _I32.unpack((yield 4, _FIELD))
         if size < 0:
             raise ValueError(f"FetchResponse length {size}")
         self._unreceived += size
@@ -200,18 +277,18 @@ class FetchResponseParser:
             raise ValueError(f"FetchResponse of {size} bytes is too short")
         left -= top.size
         if v >= 7:
-            corr, resp.throttle_time_ms, resp.error_code, _session, n_topics = top.unpack(
-                (yield top.size, False)
+            corr, resp.throttle_time_ms, resp.error_code, resp.session_id, n_topics = top.unpack(
+                (yield top.size, _FIELD)
             )
         else:
-            corr, resp.throttle_time_ms, n_topics = top.unpack((yield top.size, False))
+            corr, resp.throttle_time_ms, n_topics = top.unpack((yield top.size, _FIELD))
         if corr != self.correlation_id:
             raise ValueError(f"correlation id {corr}, expected {self.correlation_id}")
         part = _PART_V5 if v >= 5 else _PART_V4
         tail = 8 if v >= 11 else 4  # (preferred read replica,) records length
         for _ in range(max(n_topics, 0)):
             left -= 2
-            (name_len,) = _I16.unpack((yield 2, False))
+            (name_len,) = _I16.unpack((yield 2, _FIELD))
             left -= name_len + 4
             if left < 0 or name_len < 0:
                 raise ValueError("topic name beyond the response")
@@ -227,21 +304,28 @@ class FetchResponseParser:
                     head = yield part.size, False
                     partition, error, hw, lso, log_start, n_aborted = part.unpack(head)
                 else:
-                    partition, error, hw, lso, n_aborted = part.unpack((yield part.size, False))
+                    partition, error, hw, lso, n_aborted = part.unpack((yield part.size, _FIELD))
                     log_start = -1
                 aborted: list[tuple[int, int]] | None = None
                 if n_aborted >= 0:
                     left -= n_aborted * _ABORTED.size
                     if left < 0:
                         raise ValueError("aborted transactions beyond the response")
-                    raw = (yield n_aborted * _ABORTED.size, False) if n_aborted else memoryview(b"")
+                    raw = (
+                        (yield n_aborted * _ABORTED.size, _FIELD) if n_aborted else memoryview(b"")
+                    )
                     aborted = [
                         _ABORTED.unpack_from(raw, i * _ABORTED.size) for i in range(n_aborted)
                     ]
                 left -= tail
                 if left < 0:
                     raise ValueError("record set length beyond the response")
-                (length,) = _I32.unpack_from((yield tail, False), tail - 4)
+                tail_view = yield tail, _FIELD
+                (length,) = _I32.unpack_from(tail_view, tail - 4)
+                if tail == 8:
+                    (replica,) = _I32.unpack_from(tail_view)
+                    if replica >= 0:
+                        resp.preferred_read_replicas[TopicPartition(topic, partition)] = replica
                 records: bytes | bytearray | None = None
                 if length >= 0:
                     left -= length
@@ -251,18 +335,191 @@ class FetchResponseParser:
                         records = b""
                     elif native.AVAILABLE:
                         # The native decoder reads the receive buffer itself: no copy.
-                        received = (yield length, True).obj
+                        received = (yield length, _RECORDS).obj
                         assert isinstance(received, bytearray)
                         records = received
                     else:
                         # The one copy into the bytes MemoryRecords takes (it refuses buffers).
-                        records = bytes((yield length, True))
+                        records = bytes((yield length, _RECORDS))
                         self.bytes_copied += length
                 parts.append((partition, error, hw, lso, log_start, aborted, records))
             resp.topics.append((topic, parts))
         if left:
             raise ValueError(f"{left} bytes left over at the end of a FetchResponse")
         resp.size = size
+
+    def _parse_flexible(self) -> Generator[tuple[int, int], memoryview, None]:
+        # FetchResponse v12+ (FetchResponse.json): header v1, compact arrays and strings,
+        # tagged fields closing every struct. ``left``: bytes of the response not yet asked
+        # for, so that no length read from the wire reaches past its end.
+        v = self.version
+        resp = self.response
+        names = self._topic_names
+        native_records = native.AVAILABLE
+        (size,) = _I32.unpack((yield 4, _FIELD))
+        if size < 0:
+            raise ValueError(f"FetchResponse length {size}")
+        self._unreceived += size
+        left = size - 4 - _TOP_V12.size
+        if left < 2:  # + the header's tagged fields and the topics' length, one byte each
+            raise ValueError(f"FetchResponse of {size} bytes is too short")
+        (corr,) = _I32.unpack((yield 4, _FIELD))
+        if corr != self.correlation_id:
+            raise ValueError(f"correlation id {corr}, expected {self.correlation_id}")
+        left = yield from self._tagged_fields(left, None)  # the response header's
+        resp.throttle_time_ms, resp.error_code, resp.session_id = _TOP_V12.unpack(
+            (yield _TOP_V12.size, _FIELD)
+        )
+        n_topics, left = yield from self._varint(left)
+        for _ in range(n_topics - 1):
+            if v >= 13:
+                left -= 16
+                if left < 0:
+                    raise ValueError("topic id beyond the response")
+                topic_id = bytes((yield 16, _FIELD))
+                resp.topic_ids.append(topic_id)
+                name = names.get(topic_id)
+                if name is None:
+                    resp.unknown_topic_ids.append(topic_id)
+            else:
+                length, left = yield from self._varint(left)
+                left -= length - 1
+                if length < 1 or left < 0:
+                    raise ValueError("topic name beyond the response")
+                name = str((yield length - 1, _FIELD), "utf-8") if length > 1 else ""
+            n_parts, left = yield from self._varint(left)
+            parts: list[PartitionData] = []
+            for _ in range(n_parts - 1):
+                left -= _PART_V12.size
+                if left < 0:
+                    raise ValueError("partition header beyond the response")
+                partition, error, hw, lso, log_start, b = _PART_V12.unpack(
+                    (yield _PART_V12.size, _FIELD)
+                )
+                if b & 0x80:  # a varint of 2+ bytes: 127 aborted transactions or more
+                    rest, left = yield from self._varint(left)
+                    b = (b & 0x7F) | (rest << 7)
+                aborted: list[tuple[int, int]] | None = None
+                if b:
+                    aborted = []
+                    for _ in range(b - 1):
+                        left -= _ABORTED_V12.size
+                        if left < 0:
+                            raise ValueError("aborted transactions beyond the response")
+                        pid, first, tags = _ABORTED_V12.unpack((yield _ABORTED_V12.size, _FIELD))
+                        aborted.append((pid, first))
+                        if tags:
+                            left = yield from self._more_tagged_fields(tags, left, None)
+                left -= _REPLICA_V12.size
+                if left < 0:
+                    raise ValueError("record set length beyond the response")
+                replica, b = _REPLICA_V12.unpack((yield _REPLICA_V12.size, _FIELD))
+                if b & 0x80:
+                    rest, left = yield from self._varint(left)
+                    b = (b & 0x7F) | (rest << 7)
+                records: bytes | bytearray | None = None
+                if b:
+                    length = b - 1
+                    left -= length
+                    if left < 0:
+                        raise ValueError("record set beyond the response")
+                    if not length:
+                        records = b""
+                    elif native_records:
+                        # The native decoder reads the receive buffer itself: no copy.
+                        received = (yield length, _RECORDS).obj
+                        assert isinstance(received, bytearray)
+                        records = received
+                    else:
+                        records = bytes((yield length, _RECORDS))
+                        self.bytes_copied += length
+                left -= 1
+                if left < 0:
+                    raise ValueError("tagged fields beyond the response")
+                tags = (yield 1, _FIELD)[0]
+                tp = None
+                if name is not None:
+                    if replica >= 0:
+                        tp = TopicPartition(name, partition)
+                        resp.preferred_read_replicas[tp] = replica
+                    parts.append((partition, error, hw, lso, log_start, aborted, records))
+                if tags:
+                    if name is not None and tp is None:
+                        tp = TopicPartition(name, partition)
+                    left = yield from self._more_tagged_fields(tags, left, tp)
+            left = yield from self._tagged_fields(left, None)  # the topic's
+            if name is not None:
+                resp.topics.append((name, parts))
+        left = yield from self._tagged_fields(left, None, top=True)
+        if left:
+            raise ValueError(f"{left} bytes left over at the end of a FetchResponse")
+        resp.size = size
+
+    def _varint(self, left: int) -> Generator[tuple[int, int], memoryview, tuple[int, int]]:
+        """An unsigned varint and the bytes left after it."""
+        if left < 1:
+            raise ValueError("varint beyond the response")
+        raw = yield 5, _VARINT
+        left -= len(raw)
+        if left < 0:
+            raise ValueError("varint beyond the response")
+        return decode_uvarint(raw), left
+
+    def _tagged_fields(
+        self, left: int, tp: TopicPartition | None, *, top: bool = False
+    ) -> Generator[tuple[int, int], memoryview, int]:
+        """A tagged-field section; returns the bytes left after it."""
+        count, left = yield from self._varint(left)
+        if count:
+            left = yield from self._fields(count, left, tp, top)
+        return left
+
+    def _more_tagged_fields(
+        self, first: int, left: int, tp: TopicPartition | None
+    ) -> Generator[tuple[int, int], memoryview, int]:
+        """A partition's tagged fields whose count's first byte ``first`` was read already."""
+        count = first
+        if first & 0x80:
+            rest, left = yield from self._varint(left)
+            count = (first & 0x7F) | (rest << 7)
+        return (yield from self._fields(count, left, tp, False))
+
+    def _fields(
+        self, count: int, left: int, tp: TopicPartition | None, top: bool
+    ) -> Generator[tuple[int, int], memoryview, int]:
+        """``count`` tagged fields: the ones known here decoded, the others skipped."""
+        resp = self.response
+        for _ in range(count):
+            tag, left = yield from self._varint(left)
+            length, left = yield from self._varint(left)
+            left -= length
+            if left < 0:
+                raise ValueError("tagged field beyond the response")
+            raw = (yield length, _FIELD) if length else memoryview(b"")
+            if top:
+                if tag == 0 and self.version >= 16:  # NodeEndpoints
+                    resp.node_endpoints.extend(_node_endpoints(raw))
+            elif tp is not None:
+                if tag == 0 and length >= _DIVERGING.size:  # DivergingEpoch
+                    resp.diverging_epochs[tp] = _DIVERGING.unpack_from(raw)
+                elif tag == 1 and length >= _LEADER.size:  # CurrentLeader
+                    resp.current_leaders[tp] = _LEADER.unpack_from(raw)
+                # 2: SnapshotId, for followers fetching the metadata log: not kept.
+        return left
+
+
+def _node_endpoints(raw: memoryview) -> list[tuple[int, str, int, str | None]]:
+    """The ``NodeEndpoints`` tagged field (v16+): ``[(node id, host, port, rack)]``."""
+    r = FlexibleReader(raw)
+    endpoints: list[tuple[int, str, int, str | None]] = []
+    for _ in range(r.compact_length()):
+        node_id = r.i32()
+        host = r.compact_string() or ""
+        port = r.i32()
+        rack = r.compact_string()
+        r.skip_tagged_fields()
+        endpoints.append((node_id, host, port, rack))
+    return endpoints
 
 
 class TlsAnswerError(ValueError):
@@ -393,7 +650,8 @@ _IO_ERRORS = (OSError, ValueError, struct.error, UnicodeDecodeError, TimeoutErro
 
 
 class FetchConnection:
-    """A fetch loop's own connection to one broker, for Fetch requests only.
+    """A fetch loop's own connection to one broker, for Fetch requests (and the Metadata
+    request that names their topics' ids).
 
     Connects on first use and again after a failure, with TLS and SASL as ``security`` says
     (:meth:`open`). An authenticated session the broker gave a lifetime (KIP-368:
@@ -458,6 +716,8 @@ class FetchConnection:
         """Re-authentications of an open connection (KIP-368) so far."""
         self.bytes_copied = 0
         """Record bytes copied (once each) from the receive buffers; see the module doc."""
+        self.bytes_sent = 0
+        """Bytes of the FetchRequests sent, size prefixes included."""
 
     @property
     def connected(self) -> bool:
@@ -659,15 +919,27 @@ class FetchConnection:
         self.reauthentications += 1
         log.debug("re-authenticated the fetch connection to %s", self.broker)
 
-    async def fetch(self, request_struct: Any, max_wait_ms: int) -> FetchResponse:
+    async def fetch(
+        self,
+        request: Any,
+        max_wait_ms: int,
+        *,
+        topic_names: Mapping[bytes, str] | None = None,
+    ) -> FetchResponse:
         """Send one FetchRequest and return its decoded response.
 
         Args:
-            request_struct: aiokafka's FetchRequest struct at its chosen version
-                (``FetchRequest(...).prepare(versions)``), v4-v11.
+            request: a :class:`~.fetch_request.FlexibleFetchRequest` (v12-v18), or aiokafka's
+                FetchRequest struct at its chosen version (``FetchRequest(...).prepare(
+                versions)``), v4-v11.
             max_wait_ms: the request's ``max_wait_time``, added to the time limit.
+            topic_names: v13+: topic id -> name for the topics the response may hold (see
+                :class:`FetchResponseParser`).
 
         Raises:
+            ValueError: the request's version is not one parsed here, or it cannot be
+                encoded (see :meth:`~.fetch_request.FlexibleFetchRequest.encode`); nothing
+                was sent.
             BrokerNotAvailableError: the broker could not be reached, the connection failed
                 or timed out, or the response did not parse; the connection was closed.
             SslAuthenticationError: the TLS handshake failed, or the broker refused the
@@ -675,20 +947,29 @@ class FetchConnection:
             AuthenticationError: SASL authentication or re-authentication failed (see
                 :meth:`open`); the next attempt waits ``reconnect.backoff.max.ms``.
         """
+        version = request.API_VERSION
+        if not MIN_VERSION <= version <= MAX_VERSION or (
+            version > MAX_NON_FLEXIBLE and not isinstance(request, FlexibleFetchRequest)
+        ):
+            raise ValueError(f"a FetchRequest v{version} is not sent over this connection")
         await self._ready()
         protocol = self._protocol
         assert protocol is not None and protocol.transport is not None
         correlation_id = self._next_correlation_id()
-        header = request_struct.build_request_header(
-            correlation_id=correlation_id, client_id=self._client_id
-        )
-        message = header.encode() + request_struct.encode()
-        parser = FetchResponseParser(request_struct.API_VERSION, correlation_id)
+        if isinstance(request, FlexibleFetchRequest):
+            frame = request.frame(correlation_id, self._client_id)
+        else:
+            header = request.build_request_header(
+                correlation_id=correlation_id, client_id=self._client_id
+            )
+            message = header.encode() + request.encode()
+            frame = _I32.pack(len(message)) + message
+        parser = FetchResponseParser(version, correlation_id, topic_names)
         waiter: asyncio.Future[FetchResponse] = asyncio.get_running_loop().create_future()
         protocol.parser, protocol.waiter = parser, waiter
         ok = False
         try:
-            protocol.transport.write(_I32.pack(len(message)) + message)
+            protocol.transport.write(frame)
             async with asyncio.timeout(self._timeout_s + max_wait_ms / 1000):
                 response = await waiter
             ok = True
@@ -700,7 +981,51 @@ class FetchConnection:
                 self.close()
         self.requests += 1
         self.bytes_copied += parser.bytes_copied
+        self.bytes_sent += len(frame)
         return response
+
+    async def request_raw(self, encode: Callable[[int, str], bytes]) -> bytes:
+        """Send one request encoded by the caller and return its answer's bytes.
+
+        For requests of ours other than Fetch (``topic_ids.py``'s MetadataRequest); connects
+        first if needed.
+
+        Args:
+            encode: ``(correlation id, client id) -> the request`` with its header, without
+                the size prefix.
+
+        Returns:
+            The response after its size prefix (its header included: the caller checks the
+            correlation id, passed to ``encode``).
+
+        Raises:
+            BrokerNotAvailableError: as :meth:`open`, or the request failed or timed out (the
+                connection was closed).
+            SslAuthenticationError: as :meth:`open`.
+            AuthenticationError: as :meth:`open`, or the answer was a TLS record.
+            Exception: whatever ``encode`` raises (nothing was sent).
+        """
+        await self._ready()
+        protocol = self._protocol
+        assert protocol is not None
+        message = encode(self._next_correlation_id(), self._client_id)
+        ok = False
+        try:
+            transport = protocol.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionError("connection closed")
+            waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+            protocol.parser, protocol.waiter = _FrameReader(), waiter
+            transport.write(_I32.pack(len(message)) + message)
+            async with asyncio.timeout(self._timeout_s):
+                body = await waiter
+            ok = True
+        except _IO_ERRORS as e:
+            raise self._failure(e, "request to") from e
+        finally:
+            if not ok:
+                self.close()
+        return body
 
     def close(self) -> None:
         """Close the connection (never raises; a request in flight fails)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -99,6 +100,10 @@ class KafkaOffsetStore:
         channel: the offsets channel to use (the consumer protocol's sends OffsetCommit v9,
             :class:`~aiozkconsumer.kafka.consumer_group.MemberEpochOffsetsChannel`); default
             an :class:`~aiozkconsumer.kafka.channel.OffsetsChannel` on ``kafka_getter``.
+        leader_epochs: given the offsets to commit, ``{partition: leader epoch of the
+            record before the offset}`` to commit with them (KIP-320, the Java client's
+            ``OffsetAndMetadata.leaderEpoch``); also settable as the attribute of the same
+            name once the partitions' owner exists. ``None``: epochs not sent (-1).
 
     Raises:
         ValueError: a time is not positive.
@@ -114,8 +119,12 @@ class KafkaOffsetStore:
         fetch_timeout_ms: int | None = None,
         group_generation: Callable[[], tuple[int, str]] | None = None,
         channel: OffsetsChannel | None = None,
+        leader_epochs: Callable[[Mapping[TopicPartition, int]], Mapping[TopicPartition, int]]
+        | None = None,
     ) -> None:
         self._group_generation = group_generation
+        self.leader_epochs = leader_epochs
+        """Where commits take each offset's leader epoch from (``None``: not sent)."""
         if fetch_timeout_ms is None:
             fetch_timeout_ms = default_fetch_timeout_ms(
                 socket_timeout_ms, _DEFAULT_COMMIT_MAX_RETRIES
@@ -365,15 +374,15 @@ class KafkaOffsetStore:
             generation, member_id = (
                 self._group_generation() if self._group_generation is not None else (-1, "")
             )
+            extra: dict[str, Any] = {}
+            if metadata is not None:
+                extra["metadata"] = metadata
+            if self.leader_epochs is not None:
+                extra["leader_epochs"] = self.leader_epochs(pending)
             try:
-                if metadata is None:
-                    codes = await self._channel.commit(
-                        pending, generation=generation, member_id=member_id
-                    )
-                else:
-                    codes = await self._channel.commit(
-                        pending, generation=generation, member_id=member_id, metadata=metadata
-                    )
+                codes = await self._channel.commit(
+                    pending, generation=generation, member_id=member_id, **extra
+                )
             except ChannelError as e:
                 failed = dict.fromkeys(pending, e.reason)
                 if e.fatal:
