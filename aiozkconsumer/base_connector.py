@@ -293,6 +293,11 @@ class ConsumerConnector:
         self.fetcher = FetcherManager(None, config, self.metrics)  # type: ignore[arg-type]
         self.ownership = OwnershipState(config.queued_max_message_chunks)
         """What this member owns: registry, committed offsets, gate, stream queues."""
+        # Kafka commits carry each offset's leader epoch (KIP-320), known from the batches the
+        # consumed records came in.
+        kafka_store = getattr(offset_store, "kafka_store", offset_store)
+        if hasattr(kafka_store, "leader_epochs") and kafka_store.leader_epochs is None:
+            kafka_store.leader_epochs = self._leader_epochs
         self.closing = False
         self._state = ConnectorState.NEW
         self._state_changed = anyio.Event()
@@ -351,6 +356,17 @@ class ConsumerConnector:
     def gate(self) -> OwnershipGate:
         """The ownership gate: records flow only while it is passable."""
         return self.ownership.gate
+
+    def _leader_epochs(
+        self, offsets: Mapping[TopicPartition, int]
+    ) -> Mapping[TopicPartition, int]:
+        """``{tp: leader epoch of the record before offset}`` for owned partitions."""
+        registry = self.ownership.registry
+        return {
+            tp: registry[tp].offset_epoch(offset)
+            for tp, offset in offsets.items()
+            if tp in registry
+        }
 
     @property
     def topic_registry(self) -> Mapping[TopicPartition, PartitionTopicInfo]:
