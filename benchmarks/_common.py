@@ -36,10 +36,126 @@ CACHE_DIR = Path(os.environ.get("AIOZKCONSUMER_CACHE", Path.home() / ".cache" / 
 
 @dataclass(frozen=True)
 class ClusterInfo:
-    """Where the benchmark's ZooKeeper and Kafka broker are."""
+    """Where the benchmark's ZooKeeper and Kafka broker are.
+
+    Attributes:
+        zookeeper_connect: ZooKeeper's ``host:port``.
+        bootstrap_servers: the brokers' plaintext listener (what loads the topics).
+        client_properties: security mode (a key of :data:`SECURITY_MODES` other than
+            ``plaintext``) -> the Java-client-style properties that reach the brokers over
+            it (``bootstrap.servers`` of that listener, ``security.protocol``, ``ssl.*``,
+            ``sasl.*``); empty unless secured modes were asked for.
+    """
 
     zookeeper_connect: str
     bootstrap_servers: str
+    client_properties: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+# Security modes of the benchmarks -> (LocalCluster listener, SASL mechanism).
+SECURITY_MODES: Mapping[str, tuple[str, str | None]] = {
+    "plaintext": ("PLAINTEXT", None),
+    "ssl": ("SSL", None),
+    "sasl_ssl": ("SASL_SSL", "SCRAM-SHA-512"),
+}
+# The keys a client properties file may hold (the consumer config's names, docs/security.md).
+CLIENT_PROPERTY_KEYS = (
+    "bootstrap.servers",
+    "security.protocol",
+    "ssl.cafile",
+    "ssl.certfile",
+    "ssl.keyfile",
+    "ssl.endpoint.identification.algorithm",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+)
+
+
+def add_security_args(parser: argparse.ArgumentParser) -> None:
+    """``--security`` and ``--client-properties``: which listeners the contenders read over."""
+    parser.add_argument(
+        "--security",
+        default="plaintext",
+        help="comma-separated security modes every contender runs over: "
+        f"{', '.join(SECURITY_MODES)} (sasl_ssl: SCRAM-SHA-512 over TLS); default plaintext",
+    )
+    parser.add_argument(
+        "--client-properties",
+        action="append",
+        default=[],
+        metavar="MODE=FILE",
+        help="with --zookeeper/--bootstrap-server: a properties file per secured mode "
+        "(e.g. ssl=ssl.properties) with bootstrap.servers of that listener and the "
+        f"consumer config's security keys ({', '.join(CLIENT_PROPERTY_KEYS[1:])})",
+    )
+
+
+def security_modes(args: argparse.Namespace) -> list[str]:
+    """The ``--security`` modes, checked; plaintext first when present.
+
+    Raises:
+        SystemExit: for an unknown mode or none at all.
+    """
+    modes = list(dict.fromkeys(x.strip().lower() for x in args.security.split(",") if x.strip()))
+    wrong = [m for m in modes if m not in SECURITY_MODES]
+    if wrong or not modes:
+        raise SystemExit(
+            f"--security: {', '.join(wrong) or 'nothing'} (choose from {', '.join(SECURITY_MODES)})"
+        )
+    return sorted(modes, key=list(SECURITY_MODES).index)
+
+
+def read_client_properties(path: str | Path) -> dict[str, str]:
+    """A client properties file (Java ``.properties`` syntax) with only known keys.
+
+    Raises:
+        SystemExit: if it holds a key outside :data:`CLIENT_PROPERTY_KEYS`.
+    """
+    from aiozkconsumer.tools.console import parse_properties
+
+    props = parse_properties(Path(path).read_text())
+    unknown = sorted(set(props) - set(CLIENT_PROPERTY_KEYS))
+    if unknown:
+        raise SystemExit(
+            f"{path}: unsupported keys {', '.join(unknown)} "
+            f"(the benchmarks read {', '.join(CLIENT_PROPERTY_KEYS)})"
+        )
+    return props
+
+
+def write_client_properties(path: Path, props: Mapping[str, str]) -> None:
+    """Write ``props`` as a properties file only its owner can read (it holds a password)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        for key, value in props.items():
+            escaped = value.replace("\\", "\\\\")  # parse_properties unescapes backslashes
+            f.write(f"{key}={escaped}\n")
+
+
+def _existing_client_properties(
+    args: argparse.Namespace, modes: Sequence[str]
+) -> dict[str, Mapping[str, str]]:
+    given: dict[str, Mapping[str, str]] = {}
+    for item in getattr(args, "client_properties", None) or []:
+        mode, sep, path = item.partition("=")
+        mode = mode.strip().lower()
+        if not sep or mode not in SECURITY_MODES or mode == "plaintext":
+            raise SystemExit(
+                f"--client-properties {item!r}: expected MODE=FILE with MODE one of "
+                f"{', '.join(m for m in SECURITY_MODES if m != 'plaintext')}"
+            )
+        props = read_client_properties(path)
+        if "bootstrap.servers" not in props or "security.protocol" not in props:
+            raise SystemExit(f"{path}: bootstrap.servers and security.protocol are required")
+        given[mode] = props
+    missing = [m for m in modes if m != "plaintext" and m not in given]
+    if missing:
+        raise SystemExit(
+            f"--security {','.join(modes)} on a running cluster needs --client-properties "
+            f"for {', '.join(missing)}"
+        )
+    return {m: given[m] for m in modes if m != "plaintext"}
 
 
 def add_cluster_args(parser: argparse.ArgumentParser) -> None:
@@ -58,27 +174,47 @@ def cluster_from_args(
     *,
     flavour: str = "zookeeper",
     broker_properties: Mapping[str, str] | None = None,
+    security: Sequence[str] = (),
 ) -> Iterator[ClusterInfo]:
     """Yield the cluster named on the command line, or a LocalCluster started for the run.
 
     ``flavour`` and ``broker_properties`` are the LocalCluster's (``"kraft"``: one Kafka 4.3
     broker in KRaft mode, next to the ZooKeeper the consumer groups of ZooKeeper mode use);
     they do not apply to a cluster named on the command line.
+
+    ``security``: the :data:`SECURITY_MODES` the run reads over. Any but ``plaintext`` starts
+    the LocalCluster with secured listeners (the test kit's ``ClusterSecurity``, request log
+    off: it would log every fetch) and fills :attr:`ClusterInfo.client_properties` from
+    ``cluster.client_properties(listener, mechanism)``; a running cluster takes them from
+    ``--client-properties MODE=FILE``. Topics are still loaded over the plaintext listener.
     """
+    secured = [m for m in security if m != "plaintext"]
     if args.zookeeper or args.bootstrap_server:
         if not (args.zookeeper and args.bootstrap_server):
             raise SystemExit("--zookeeper and --bootstrap-server go together")
-        yield ClusterInfo(args.zookeeper, args.bootstrap_server)
+        props = _existing_client_properties(args, security) if secured else {}
+        yield ClusterInfo(args.zookeeper, args.bootstrap_server, props)
         return
     from aiozkconsumer.testing import LocalCluster
 
     kafka = "Kafka 4.3 broker (KRaft)" if flavour == "kraft" else "Kafka 3.9 broker"
+    cluster_security = None
+    if secured:
+        from aiozkconsumer.testing.security import ClusterSecurity
+
+        cluster_security = ClusterSecurity(request_log=False)
+        kafka += " with SSL and SASL_SSL listeners"
     say(f"starting a LocalCluster (ZooKeeper + one {kafka}) ...")
-    cluster = LocalCluster(flavour=flavour, broker_properties=broker_properties)
+    cluster = LocalCluster(
+        flavour=flavour, broker_properties=broker_properties, security=cluster_security
+    )
     asyncio.run(cluster.start())
     try:
         say(f"cluster up: ZooKeeper {cluster.zookeeper_connect}, Kafka {cluster.bootstrap_servers}")
-        yield ClusterInfo(cluster.zookeeper_connect, cluster.bootstrap_servers)
+        props = {m: cluster.client_properties(*SECURITY_MODES[m]) for m in secured}
+        for mode, p in props.items():
+            say(f"  {mode}: {p['bootstrap.servers']} ({p['security.protocol']})")
+        yield ClusterInfo(cluster.zookeeper_connect, cluster.bootstrap_servers, props)
     finally:
         asyncio.run(cluster.stop())
 

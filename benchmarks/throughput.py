@@ -58,9 +58,32 @@ contender on the ``none`` / ``read_uncommitted`` variant of the same size: the c
 decompression and of aborted-batch filtering. ``kafka-python`` and ``java`` run on the
 ``read_uncommitted`` variants only.
 
+Security (``--security plaintext,ssl,sasl_ssl``): every contender reads each size over each
+listener named, the modes of one contender run back to back (the mode order rotating each
+round). ``ssl`` is TLS with the server checked against the cluster's CA (host name checked
+too: the test kit's certificates name ``127.0.0.1`` and ``localhost``); ``sasl_ssl`` is
+SCRAM-SHA-512 over TLS. The LocalCluster then gets the test kit's secured listeners
+(``ClusterSecurity``, its request log off); a running cluster takes
+``--client-properties ssl=FILE --client-properties sasl_ssl=FILE``, properties files with that
+listener's ``bootstrap.servers`` and the consumer config's security keys (``security.protocol``,
+``ssl.cafile``, ``ssl.certfile``, ``ssl.keyfile``, ``ssl.endpoint.identification.algorithm``,
+``sasl.mechanism``, ``sasl.username``, ``sasl.password``). Topics are loaded and warmed over
+the plaintext listener either way. Each client gets the same settings in its own names:
+aiozkconsumer the config keys (its ZooKeeper-coordinated contenders find the broker in
+``/brokers/ids`` at the first endpoint of that security protocol), confluent-kafka
+``security.protocol``, ``ssl.ca.location``, ``sasl.mechanisms``, ``sasl.username``,
+``sasl.password``, aiokafka and kafka-python ``security_protocol``, an ``ssl_context`` /
+``ssl_cafile`` and ``sasl_plain_username``/``password``, Java a ``--consumer.config`` with a
+PEM truststore and a ``ScramLoginModule`` JAAS entry. The "Security" tables give each
+contender's steady rate and CPU per million records as ratios to the same contender over
+plaintext, and ours as ratios to tuned confluent-kafka over the same listener.
+``--security`` does not combine with the codec/isolation variants.
+
 Usage::
 
     .venv/bin/python benchmarks/throughput.py [--quick] [--zookeeper H:P --bootstrap-server H:P]
+    .venv/bin/python benchmarks/throughput.py --quick --security plaintext,ssl,sasl_ssl \
+        --contenders azk-arrow,azk-batch,confluent-sync-tuned,confluent-sync,aiokafka-getmany
     .venv/bin/python benchmarks/throughput.py --quick --codec none,lz4,zstd \
         --isolation-level read_uncommitted,read_committed --contenders azk-batch,azk-arrow
 """
@@ -89,6 +112,7 @@ from _common import (
     RESULTS_DIR,
     ClusterInfo,
     add_cluster_args,
+    add_security_args,
     cluster_from_args,
     cpu_now,
     emit,
@@ -97,11 +121,14 @@ from _common import (
     machine,
     md_table,
     median,
+    read_client_properties,
     run_child,
     say,
+    security_modes,
     this_python,
     uptime,
     versions,
+    write_client_properties,
     write_results,
 )
 
@@ -170,6 +197,8 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 # Contenders that cannot read at read_committed here (no isolation setting passed through)
 UNCOMMITTED_ONLY = ("kafka-python", "java")
+# The reference of the "Security" table's "ours over confluent-kafka on the same listener"
+SECURITY_REFERENCE = "confluent-sync-tuned"
 
 
 # -- the children ----------------------------------------------------------------------------
@@ -191,6 +220,120 @@ def _size(key: bytes | None, value: bytes | None) -> int:
     return (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
 
 
+# -- security settings in each client's names --------------------------------------------------
+# ``props`` is a client properties file's content (``_common.CLIENT_PROPERTY_KEYS``): empty
+# for plaintext, so that the plaintext contenders are built exactly as without --security.
+
+
+def _check_hostname(props: dict[str, str]) -> bool:
+    return props.get("ssl.endpoint.identification.algorithm", "https").lower() == "https"
+
+
+def _azk_security(props: dict[str, str]) -> dict[str, Any]:
+    """ConsumerConfig keyword arguments (docs/security.md)."""
+    names = {k: k.replace(".", "_") for k in props if k != "bootstrap.servers"}
+    return {field: props[key] for key, field in names.items()}
+
+
+def _ssl_context(props: dict[str, str]) -> Any:
+    import ssl
+
+    context = ssl.create_default_context(cafile=props.get("ssl.cafile"))
+    context.check_hostname = _check_hostname(props)
+    if props.get("ssl.certfile"):
+        context.load_cert_chain(props["ssl.certfile"], props.get("ssl.keyfile"))
+    return context
+
+
+def _aiokafka_security(props: dict[str, str]) -> dict[str, Any]:
+    """AIOKafkaConsumer keyword arguments."""
+    if not props:
+        return {}
+    protocol = props["security.protocol"]
+    kw: dict[str, Any] = {"security_protocol": protocol}
+    if protocol.endswith("SSL"):
+        kw["ssl_context"] = _ssl_context(props)
+    if protocol.startswith("SASL_"):
+        kw["sasl_mechanism"] = props["sasl.mechanism"]
+        kw["sasl_plain_username"] = props.get("sasl.username")
+        kw["sasl_plain_password"] = props.get("sasl.password")
+    return kw
+
+
+def _kafka_python_security(props: dict[str, str]) -> dict[str, Any]:
+    """kafka-python ``KafkaConsumer`` keyword arguments."""
+    if not props:
+        return {}
+    protocol = props["security.protocol"]
+    kw: dict[str, Any] = {"security_protocol": protocol}
+    if protocol.endswith("SSL"):
+        kw["ssl_cafile"] = props.get("ssl.cafile")
+        kw["ssl_check_hostname"] = _check_hostname(props)
+        kw["ssl_certfile"] = props.get("ssl.certfile")
+        kw["ssl_keyfile"] = props.get("ssl.keyfile")
+    if protocol.startswith("SASL_"):
+        kw["sasl_mechanism"] = props["sasl.mechanism"]
+        kw["sasl_plain_username"] = props.get("sasl.username")
+        kw["sasl_plain_password"] = props.get("sasl.password")
+    return kw
+
+
+def _confluent_security(props: dict[str, str]) -> dict[str, Any]:
+    """librdkafka properties (CONFIGURATION.md). librdkafka checks the broker's host name
+    (``ssl.endpoint.identification.algorithm=https``, its default since 2.0) against the
+    certificate's names, IP addresses included."""
+    if not props:
+        return {}
+    protocol = props["security.protocol"]
+    conf: dict[str, Any] = {"security.protocol": protocol}
+    if protocol.endswith("SSL"):
+        if props.get("ssl.cafile"):
+            conf["ssl.ca.location"] = props["ssl.cafile"]
+        if props.get("ssl.certfile"):
+            conf["ssl.certificate.location"] = props["ssl.certfile"]
+            conf["ssl.key.location"] = props.get("ssl.keyfile") or props["ssl.certfile"]
+        conf["ssl.endpoint.identification.algorithm"] = (
+            "https" if _check_hostname(props) else "none"
+        )
+    if protocol.startswith("SASL_"):
+        conf["sasl.mechanisms"] = props["sasl.mechanism"]
+        conf["sasl.username"] = props.get("sasl.username", "")
+        conf["sasl.password"] = props.get("sasl.password", "")
+    return conf
+
+
+def _java_security(props: dict[str, str]) -> dict[str, str]:
+    """Java client properties: a PEM truststore (KIP-651) and a JAAS login module."""
+    if not props:
+        return {}
+    protocol = props["security.protocol"]
+    conf = {"security.protocol": protocol}
+    if protocol.endswith("SSL"):
+        if props.get("ssl.certfile"):
+            raise SystemExit("java: a client certificate (ssl.certfile) is not passed through")
+        if props.get("ssl.cafile"):
+            conf["ssl.truststore.type"] = "PEM"
+            conf["ssl.truststore.location"] = props["ssl.cafile"]
+        conf["ssl.endpoint.identification.algorithm"] = "https" if _check_hostname(props) else ""
+    if protocol.startswith("SASL_"):
+        mechanism = props["sasl.mechanism"]
+        module = (
+            "scram.ScramLoginModule" if mechanism.startswith("SCRAM-") else "plain.PlainLoginModule"
+        )
+        conf["sasl.mechanism"] = mechanism
+        conf["sasl.jaas.config"] = (
+            f"org.apache.kafka.common.security.{module} required "
+            f'username="{props.get("sasl.username", "")}" '
+            f'password="{props.get("sasl.password", "")}";'
+        )
+    return conf
+
+
+def _bootstrap(args: argparse.Namespace) -> str:
+    """The bootstrap servers of the listener this child reads over."""
+    return str(args.security_props.get("bootstrap.servers", args.bootstrap_server))
+
+
 async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
     import anyio
 
@@ -204,12 +347,13 @@ async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
         config = ConsumerConfig(
             group_id=f"bench-{uuid.uuid4().hex[:10]}",
             group_coordinator="kafka",
-            bootstrap_servers=args.bootstrap_server,
+            bootstrap_servers=_bootstrap(args),
             auto_offset_reset="earliest",
             auto_commit_enable=False,
             session_timeout_ms=KAFKA_SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=KAFKA_HEARTBEAT_INTERVAL_MS,
             isolation_level=args.isolation_level,
+            **_azk_security(args.security_props),
         )
     else:
         config = ConsumerConfig(
@@ -219,6 +363,8 @@ async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
             auto_commit_enable=False,
             check_crcs=not mode.endswith("-nocrc"),
             isolation_level=args.isolation_level,
+            # brokers found in ZooKeeper at their endpoint of this security.protocol
+            **_azk_security(args.security_props),
             **tuned,
         )
     batch_mode = mode in ("azk-batch", "azk-batch-nocrc", "azk-kafka-batches")
@@ -278,13 +424,14 @@ async def _aiokafka(args: argparse.Namespace, c: Counter, t0: float) -> None:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=args.bootstrap_server,
+        bootstrap_servers=_bootstrap(args),
         group_id=f"bench-{uuid.uuid4().hex[:10]}",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         # The -nocrc variants show the cost of CRC checks (as azk-batch-nocrc does for ours).
         check_crcs=not args.contender.endswith("-nocrc"),
         isolation_level=args.isolation_level,
+        **_aiokafka_security(args.security_props),
     )
     await consumer.start()
     try:
@@ -313,11 +460,12 @@ async def _aiokafka(args: argparse.Namespace, c: Counter, t0: float) -> None:
 
 def _confluent_conf(args: argparse.Namespace) -> dict[str, Any]:
     conf: dict[str, Any] = {
-        "bootstrap.servers": args.bootstrap_server,
+        "bootstrap.servers": _bootstrap(args),
         "group.id": f"bench-{uuid.uuid4().hex[:10]}",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "isolation.level": args.isolation_level,
+        **_confluent_security(args.security_props),
     }
     if args.contender.endswith("-tuned"):
         # librdkafka's throughput setting: refetch after 10 ms instead of 1000 ms once the
@@ -373,10 +521,11 @@ def _kafka_python(args: argparse.Namespace, c: Counter, t0: float) -> None:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
-        bootstrap_servers=args.bootstrap_server,
+        bootstrap_servers=_bootstrap(args),
         group_id=f"bench-{uuid.uuid4().hex[:10]}",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **_kafka_python_security(args.security_props),
     )
     try:
         consumer.assign([TopicPartition(args.topic, p) for p in range(args.partitions)])
@@ -416,6 +565,9 @@ def _import_client(mode: str) -> float:
 
 def child(args: argparse.Namespace) -> None:
     """Consume ``--records`` records of ``--topic`` with one contender; print the report."""
+    args.security_props = (
+        read_client_properties(args.client_properties) if args.client_properties else {}
+    )
     if args.profile:
         from pyinstrument import Profiler
 
@@ -497,8 +649,19 @@ def java_classpath() -> str | None:
 _JAVA_LINE = re.compile(r"^\d{4}-\d\d-\d\d .*,.*")
 
 
-def java_cmd(classpath: str, info: ClusterInfo, topic: str, records: int) -> list[str]:
-    """The ConsumerPerformance command line (earliest offset, fresh group)."""
+def java_cmd(
+    classpath: str,
+    info: ClusterInfo,
+    topic: str,
+    records: int,
+    security: str = "plaintext",
+    config_dir: Path | None = None,
+) -> list[str]:
+    """The ConsumerPerformance command line (earliest offset, fresh group).
+
+    A secured ``security`` mode reads over that listener with a ``--consumer.config``
+    written into ``config_dir``.
+    """
     log4j = Path(tempfile.gettempdir()) / "aiozkconsumer-bench-log4j.properties"
     if not log4j.exists():
         log4j.write_text(
@@ -508,6 +671,13 @@ def java_cmd(classpath: str, info: ClusterInfo, topic: str, records: int) -> lis
             "log4j.appender.stderr.layout=org.apache.log4j.PatternLayout\n"
             "log4j.appender.stderr.layout.ConversionPattern=%p %m%n\n"
         )
+    props = dict(info.client_properties.get(security, {}))
+    extra: list[str] = []
+    if props:
+        assert config_dir is not None
+        config = config_dir / f"java-{security}.properties"
+        write_client_properties(config, _java_security(props))
+        extra = ["--consumer.config", str(config)]
     return [
         "java",
         "-Xms256m",
@@ -519,7 +689,7 @@ def java_cmd(classpath: str, info: ClusterInfo, topic: str, records: int) -> lis
         classpath,
         "org.apache.kafka.tools.ConsumerPerformance",
         "--bootstrap-server",
-        info.bootstrap_servers,
+        props["bootstrap.servers"] if props else info.bootstrap_servers,
         "--topic",
         topic,
         "--messages",
@@ -528,6 +698,7 @@ def java_cmd(classpath: str, info: ClusterInfo, topic: str, records: int) -> lis
         f"bench-{uuid.uuid4().hex[:10]}",
         "--timeout",
         "60000",
+        *extra,
     ]
 
 
@@ -679,12 +850,19 @@ def run_one(
     args: argparse.Namespace,
     java_cp: str | None,
     isolation_level: str = "read_uncommitted",
+    security: str = "plaintext",
 ) -> dict[str, Any]:
-    """One run of one contender over one topic, in a child process."""
+    """One run of one contender over one topic, in a child process.
+
+    ``security``: the listener it reads over (a key of ``info.client_properties``, whose
+    properties file ``args.client_properties_dir`` holds; ``plaintext``: the plain one).
+    """
     timeout = max(120.0, records / 5_000)
+    config_dir = getattr(args, "client_properties_dir", None)
     if contender == "java":
         assert java_cp is not None
-        res = run_child(java_cmd(java_cp, info, topic, records), timeout_s=timeout)
+        cmd = java_cmd(java_cp, info, topic, records, security, config_dir)
+        res = run_child(cmd, timeout_s=timeout)
         res.report = parse_java(res.stdout)
     else:
         cmd = [
@@ -708,12 +886,15 @@ def run_one(
             "--isolation-level",
             isolation_level,
         ]
+        if security != "plaintext":
+            assert config_dir is not None
+            cmd += ["--client-properties", str(config_dir / f"{security}.properties")]
         res = run_child(cmd, timeout_s=timeout)
     rep = res.report
     ok = res.ok and rep.get("records", 0) >= records
     if not ok:
         say(f"  {contender} FAILED (rc={res.returncode}): {res.stderr_tail[-1500:]}")
-        return {"contender": contender, "ok": False, "rc": res.returncode}
+        return {"contender": contender, "ok": False, "rc": res.returncode, "security": security}
     seconds = rep["seconds"]
     first = rep.get("first_record_s")
     steady = None
@@ -723,6 +904,7 @@ def run_one(
     return {
         "contender": contender,
         "ok": True,
+        "security": security,
         "records": rep["records"],
         "bytes": rep["bytes"],
         "seconds": seconds,
@@ -780,6 +962,11 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--bootstrap-server", required=True)
     c.add_argument("--profile", help="write a pyinstrument profile (text) to this file")
     c.add_argument("--isolation-level", default="read_uncommitted", choices=ISOLATION_LEVELS)
+    c.add_argument(
+        "--client-properties",
+        help="read over a secured listener: a properties file with its bootstrap.servers and "
+        "the security keys (see --security)",
+    )
 
     parser.add_argument("--quick", action="store_true", help="smoke size: 10x fewer records")
     parser.add_argument("--small-records", type=int, default=2_000_000, help="100 B records")
@@ -823,6 +1010,7 @@ def main(argv: list[str] | None = None) -> None:
         "--name", default="throughput", help="result file stem (<name>.json, <name>.md)"
     )
     add_cluster_args(parser)
+    add_security_args(parser)
     args = parser.parse_args(argv)
     if args.command == "child":
         child(args)
@@ -843,8 +1031,18 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"{name}: {', '.join(wrong) or 'nothing'} (choose from {allowed})")
     if args.transaction_records < 1 or args.abort_every < 1:
         parser.error("--transaction-records and --abort-every must be >= 1")
-    with cluster_from_args(args) as info:
-        run(info, args, contenders)
+    args.securities = security_modes(args)
+    if args.securities != ["plaintext"] and (
+        args.codecs != ["none"] or args.isolation_levels != ["read_uncommitted"]
+    ):
+        parser.error("--security does not combine with the --codec/--isolation-level variants")
+    with cluster_from_args(args, security=args.securities) as info:
+        with tempfile.TemporaryDirectory(prefix="bench-security-") as config_dir:
+            # the children's client properties files (passwords: 0600 in a 0700 directory)
+            args.client_properties_dir = Path(config_dir)
+            for mode, props in info.client_properties.items():
+                write_client_properties(Path(config_dir) / f"{mode}.properties", props)
+            run(info, args, contenders)
 
 
 def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> None:
@@ -861,6 +1059,7 @@ def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> N
     topics: dict[str, str] = {}
     # label -> (records a run reads, isolation level, contenders that run on it)
     reads: dict[str, tuple[int, str, list[str]]] = {}
+    securities: list[str] = getattr(args, "securities", ["plaintext"])
     variants = args.codecs != ["none"] or args.isolation_levels != ["read_uncommitted"]
     sized = datasets
     if variants:
@@ -890,25 +1089,42 @@ def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> N
         reads[label] = (expected, iso, runs_on)
         say(f"warming the page cache: reading {topic} once (not measured)")
         run_one("confluent-sync", info, topic, expected, args, None, iso)
+    # With --security, each dataset is read over every mode: "<size> <mode>" labels, the modes
+    # of one dataset and contender run back to back (load drifts alike for the x plaintext
+    # ratios), their order rotating each round.
+    modes_of: dict[str, list[tuple[str, str]]] = {}  # dataset label -> [(label, mode)]
+    security_of: dict[str, str] = {}
+    for label, _, _ in datasets:
+        if securities == ["plaintext"]:
+            modes_of[label] = [(label, "plaintext")]
+        else:
+            modes_of[label] = [(f"{label} {mode}", mode) for mode in securities]
+        for lbl, mode in modes_of[label]:
+            topics[lbl], reads[lbl], security_of[lbl] = topics[label], reads[label], mode
+    labels = [lbl for label, _, _ in datasets for lbl, _ in modes_of[label]]
+    sizes = {lbl: size for label, _, size in datasets for lbl, _ in modes_of[label]}
     before = machine()
     say(f"machine before: {before['uptime']}; {before['java_processes']} java processes")
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {lbl: {} for lbl, _, _ in datasets}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {lbl: {} for lbl in labels}
     loads: list[str] = []
     for rnd in range(args.repeats):
         order = contenders[rnd % len(contenders) :] + contenders[: rnd % len(contenders)]
         for label, _, _ in datasets:
             expected, iso, runs_on = reads[label]
+            over = modes_of[label]
+            over = over[rnd % len(over) :] + over[: rnd % len(over)]
             for contender in order:
                 if contender not in runs_on:
                     continue
-                r = run_one(contender, info, topics[label], expected, args, java_cp, iso)
-                runs[label].setdefault(contender, []).append(r)
-                if r["ok"]:
-                    say(
-                        f"round {rnd + 1} {label:>4} {contender:<16} "
-                        f"{r['records_per_s']:>10,.0f} rec/s {r['mib_per_s']:7.1f} MiB/s "
-                        f"cpu {r['process_cpu_s']:5.1f} s rss {r['maxrss_mib']:6.0f} MiB"
-                    )
+                for lbl, mode in over:
+                    r = run_one(contender, info, topics[lbl], expected, args, java_cp, iso, mode)
+                    runs[lbl].setdefault(contender, []).append(r)
+                    if r["ok"]:
+                        say(
+                            f"round {rnd + 1} {lbl:>4} {contender:<16} "
+                            f"{r['records_per_s']:>10,.0f} rec/s {r['mib_per_s']:7.1f} MiB/s "
+                            f"cpu {r['process_cpu_s']:5.1f} s rss {r['maxrss_mib']:6.0f} MiB"
+                        )
         loads.append(uptime())
     after = machine()
     summary = {lbl: {c: summarize(rs) for c, rs in per.items()} for lbl, per in runs.items()}
@@ -953,8 +1169,22 @@ def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> N
             "repeats": args.repeats,
             "batch": args.batch,
             "datasets": {
-                lbl: {"records": reads[lbl][0], "value_size": s, "isolation_level": reads[lbl][1]}
-                for lbl, _, s in datasets
+                lbl: {
+                    "records": reads[lbl][0],
+                    "value_size": sizes[lbl],
+                    "isolation_level": reads[lbl][1],
+                    "security": security_of[lbl],
+                }
+                for lbl in labels
+            },
+            "security": securities,
+            "security_listeners": {
+                mode: {
+                    k: v
+                    for k, v in props.items()
+                    if k in ("bootstrap.servers", "security.protocol", "sasl.mechanism")
+                }
+                for mode, props in info.client_properties.items()
             },
             "quick": args.quick,
             "codecs": args.codecs,
@@ -973,9 +1203,51 @@ def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> N
         "crc_costs": crc_costs,
         "kafka_mode": kafka_mode_ratios(summary),
         "variants": variant_ratios(summary) if variants else [],
+        "security": security_ratios(summary, security_of, contenders)
+        if securities != ["plaintext"]
+        else [],
         "runs": runs,
     }
     write_results(args.out_dir, args.name, data, markdown(data))
+
+
+def _cpu_per_m(x: dict[str, Any]) -> float | None:
+    cpu, n = x.get("window_cpu_s"), x.get("records")
+    return cpu / n * 1e6 if cpu and n else None
+
+
+def security_ratios(
+    summary: dict[str, dict[str, Any]], security_of: dict[str, str], contenders: list[str]
+) -> list[dict[str, Any]]:
+    """Each contender over each listener against itself over plaintext (steady rate, CPU per
+    million records), and against tuned confluent-kafka over the same listener."""
+    rows = []
+    for lbl, per in summary.items():
+        mode = security_of[lbl]
+        base = summary.get(lbl.rsplit(" ", 1)[0] + " plaintext", {})
+        for contender in contenders:
+            v = per.get(contender)
+            if not v:
+                continue
+            b, ref = base.get(contender, {}), per.get(SECURITY_REFERENCE, {})
+            rate = v.get("steady_records_per_s")
+            base_rate = b.get("steady_records_per_s")
+            ref_rate = ref.get("steady_records_per_s")
+            cpu, base_cpu = _cpu_per_m(v), _cpu_per_m(b)
+            rows.append(
+                {
+                    "dataset": lbl.rsplit(" ", 1)[0],
+                    "security": mode,
+                    "contender": contender,
+                    "steady_records_per_s": rate,
+                    "x_plaintext": rate / base_rate if rate and base_rate else None,
+                    "cpu_per_m": cpu,
+                    "cpu_x_plaintext": cpu / base_cpu if cpu and base_cpu else None,
+                    "x_reference": rate / ref_rate if rate and ref_rate else None,
+                    "first_record_s": v.get("first_record_s"),
+                }
+            )
+    return rows
 
 
 def variant_ratios(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -1036,6 +1308,64 @@ def kafka_mode_ratios(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]
     return rows
 
 
+def security_markdown(data: dict[str, Any]) -> list[str]:
+    """The "Security" tables: over plaintext, and ours over tuned confluent-kafka."""
+    rows = data["security"]
+    modes = list(dict.fromkeys(r["security"] for r in rows))
+    listeners = data["settings"].get("security_listeners", {})
+    described = "; ".join(
+        f"{m}: `{p.get('security.protocol')}`"
+        + (f" `{p['sasl.mechanism']}`" if p.get("sasl.mechanism") else "")
+        + f" at {p.get('bootstrap.servers')}"
+        for m, p in listeners.items()
+    )
+    out = [
+        "## Security",
+        "",
+        "Steady records/s (start-up, TLS handshake and SASL exchange excluded) and CPU seconds "
+        "per million records (consume window) of each contender over each listener, as ratios "
+        f"to the same contender over plaintext. Listeners: {described}.",
+        "",
+        md_table(
+            ["dataset", "contender"]
+            + [f"{m} steady rec/s" for m in modes]
+            + [f"{m} x plaintext" for m in modes if m != "plaintext"]
+            + [f"{m} CPU x plaintext" for m in modes if m != "plaintext"]
+            + [f"{m} first record s" for m in modes],
+            [
+                [ds, contender]
+                + [fmt(by.get(m, {}).get("steady_records_per_s")) for m in modes]
+                + [fmt(by.get(m, {}).get("x_plaintext"), 2) for m in modes if m != "plaintext"]
+                + [fmt(by.get(m, {}).get("cpu_x_plaintext"), 2) for m in modes if m != "plaintext"]
+                + [fmt(by.get(m, {}).get("first_record_s"), 2) for m in modes]
+                for (ds, contender), by in _by_dataset_contender(rows).items()
+            ],
+        ),
+        "",
+        f"Ours over `{SECURITY_REFERENCE}` on the same listener (steady rates):",
+        "",
+        md_table(
+            ["dataset", "contender"] + [f"x {SECURITY_REFERENCE} ({m})" for m in modes],
+            [
+                [ds, contender] + [fmt(by.get(m, {}).get("x_reference"), 2) for m in modes]
+                for (ds, contender), by in _by_dataset_contender(rows).items()
+                if contender.startswith("azk-")
+            ],
+        ),
+        "",
+    ]
+    return out
+
+
+def _by_dataset_contender(
+    rows: list[dict[str, Any]],
+) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+    grouped: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        grouped.setdefault((r["dataset"], r["contender"]), {})[r["security"]] = r
+    return grouped
+
+
 def markdown(data: dict[str, Any]) -> str:
     """The result tables."""
     s = data["settings"]
@@ -1061,7 +1391,8 @@ def markdown(data: dict[str, Any]) -> str:
     ]
     for lbl, per in data["summary"].items():
         ds = s["datasets"][lbl]
-        out += [f"## {ds['records']:,} records of {ds['value_size']} B", ""]
+        over = f", {ds['security']}" if s.get("security", ["plaintext"]) != ["plaintext"] else ""
+        out += [f"## {ds['records']:,} records of {ds['value_size']} B{over}", ""]
         ref = per.get("aiokafka-iter", {}).get("records_per_s")
         rows = []
         for contender, v in sorted(per.items(), key=lambda kv: -(kv[1]["records_per_s"] or 0)):
@@ -1164,6 +1495,8 @@ def markdown(data: dict[str, Any]) -> str:
             ),
             "",
         ]
+    if data.get("security"):
+        out += security_markdown(data)
     if data.get("crc_costs"):
         out += [
             "## CRC cost",
