@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
-import os
 import re
 import types
 import typing
@@ -22,6 +21,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from aiozkconsumer.config_security import (
+    check_choice as _check_choice,
+)
+from aiozkconsumer.config_security import (
+    check_kafka_security,
+    check_zookeeper_security,
+)
+from aiozkconsumer.config_security import (
+    pem_store as _pem_store,
+)
 from aiozkconsumer.errors import InvalidConfigError
 
 if typing.TYPE_CHECKING:
@@ -90,10 +99,7 @@ _STORE_TYPE_KEYS = {
     "zookeeper.ssl.truststore.type",
     "zookeeper.ssl.keystore.type",
 }
-_SECURITY_PROTOCOL_VALUES = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_SASL_MECHANISM_VALUES = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 _ISOLATION_LEVEL_VALUES = ("read_uncommitted", "read_committed")
-_ENDPOINT_IDENTIFICATION_VALUES = ("https", "")
 SECRET_KEYS = frozenset(
     {
         "ssl.password",
@@ -543,8 +549,8 @@ class ConsumerConfig:
         _check_range("reconnect.backoff.max.ms", self.reconnect_backoff_max_ms, 1)
         if self.client_rack is not None and not self.client_rack.strip():
             raise InvalidConfigError("client.rack", "must not be blank (leave it unset instead)")
-        self._check_security()
-        self._check_zookeeper_security()
+        check_kafka_security(self)
+        check_zookeeper_security(self)
 
         # As ConsumerConfig.scala's require (KAFKA-1147): a long poll must not outlast the socket.
         if self.fetch_wait_max_ms > self.socket_timeout_ms:
@@ -552,179 +558,6 @@ class ConsumerConfig:
                 "socket.timeout.ms",
                 f"must be at least fetch.wait.max.ms ({self.fetch_wait_max_ms}) to prevent "
                 f"unnecessary socket timeouts, got {self.socket_timeout_ms}",
-            )
-
-    def _check_security(self) -> None:
-        """The rules of ``security.protocol``, ``ssl.*`` and ``sasl.*`` (at construction)."""
-        protocol = self.security_protocol.upper()
-        object.__setattr__(self, "security_protocol", protocol)
-        _check_choice("security.protocol", protocol, _SECURITY_PROTOCOL_VALUES)
-        mechanism = self.sasl_mechanism.upper()
-        object.__setattr__(self, "sasl_mechanism", mechanism)
-        _check_choice("sasl.mechanism", mechanism, _SASL_MECHANISM_VALUES)
-        algorithm = self.ssl_endpoint_identification_algorithm.lower()
-        object.__setattr__(self, "ssl_endpoint_identification_algorithm", algorithm)
-        _check_choice(
-            "ssl.endpoint.identification.algorithm", algorithm, _ENDPOINT_IDENTIFICATION_VALUES
-        )
-        tls = protocol in ("SSL", "SASL_SSL")
-        sasl = protocol.startswith("SASL_")
-        if not tls:
-            tls_keys = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_context")
-            for name in tls_keys:
-                if getattr(self, name) is not None:
-                    raise InvalidConfigError(
-                        name.replace("_", "."),
-                        f"is set but security.protocol={protocol} does not use TLS; set "
-                        f"security.protocol=SSL or SASL_SSL",
-                    )
-        if self.ssl_context is not None:
-            import ssl
-
-            if not isinstance(self.ssl_context, ssl.SSLContext):
-                raise InvalidConfigError(
-                    "ssl.context",
-                    f"must be an ssl.SSLContext, got {type(self.ssl_context).__name__}",
-                )
-            for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"):
-                if getattr(self, name) is not None:
-                    raise InvalidConfigError(
-                        name.replace("_", "."),
-                        "is set together with ssl.context; give the files or the context, "
-                        "not both",
-                    )
-        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-            _check_readable_file(name.replace("_", "."), getattr(self, name))
-        if self.ssl_keyfile is not None and self.ssl_certfile is None:
-            raise InvalidConfigError(
-                "ssl.keyfile", "is set without ssl.certfile (the client certificate it belongs to)"
-            )
-        sasl_keys = (
-            "sasl_username",
-            "sasl_password",
-            "sasl_jaas_config",
-            "sasl_oauthbearer_token_provider",
-            "sasl_oauthbearer_token_endpoint_url",
-            "sasl_oauthbearer_client_id",
-            "sasl_oauthbearer_client_secret",
-            "sasl_oauthbearer_scope",
-        )
-        if not sasl:
-            for name in sasl_keys:
-                if getattr(self, name) is not None:
-                    raise InvalidConfigError(
-                        name.replace("_", "."),
-                        f"is set but security.protocol={protocol} does not use SASL; set "
-                        f"security.protocol=SASL_SSL (or SASL_PLAINTEXT)",
-                    )
-            if mechanism != "GSSAPI":
-                raise InvalidConfigError(
-                    "sasl.mechanism",
-                    f"is {mechanism} but security.protocol={protocol} does not use SASL; set "
-                    f"security.protocol=SASL_SSL (or SASL_PLAINTEXT)",
-                )
-            return
-        if self.sasl_jaas_config is not None:
-            from aiozkconsumer.security import jaas_credentials
-
-            creds = jaas_credentials(self.sasl_jaas_config, mechanism)
-            for name, value in creds.items():
-                if getattr(self, name) is None:
-                    object.__setattr__(self, name, value)
-        if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-            for name in ("sasl_username", "sasl_password"):
-                if not getattr(self, name):
-                    raise InvalidConfigError(
-                        name.replace("_", "."),
-                        f"required with sasl.mechanism={mechanism} (or a sasl.jaas.config "
-                        f"with username and password)",
-                    )
-        elif mechanism == "OAUTHBEARER":
-            provider = self.sasl_oauthbearer_token_provider
-            url = self.sasl_oauthbearer_token_endpoint_url
-            if provider is None and url is None:
-                raise InvalidConfigError(
-                    "sasl.oauthbearer.token.endpoint.url",
-                    "sasl.mechanism=OAUTHBEARER needs a token: set "
-                    "sasl.oauthbearer.token.endpoint.url with sasl.oauthbearer.client.id and "
-                    "sasl.oauthbearer.client.secret, or pass sasl_oauthbearer_token_provider",
-                )
-            if provider is not None and url is not None:
-                raise InvalidConfigError(
-                    "sasl.oauthbearer.token.endpoint.url",
-                    "set together with sasl_oauthbearer_token_provider; give one of them",
-                )
-            if isinstance(provider, str):
-                from aiozkconsumer.security import resolve_token_provider
-
-                provider = resolve_token_provider(provider)
-            if provider is not None and not callable(getattr(provider, "token", None)):
-                raise InvalidConfigError(
-                    "sasl.oauthbearer.token.provider",
-                    "must have an async token() method returning the token string",
-                )
-            if url is not None:
-                if not url.startswith(("https://", "http://", "file:")):
-                    raise InvalidConfigError(
-                        "sasl.oauthbearer.token.endpoint.url",
-                        "must be an http(s):// URL (or file: holding a token)",
-                    )
-                if url.startswith("http") and not (
-                    self.sasl_oauthbearer_client_id and self.sasl_oauthbearer_client_secret
-                ):
-                    raise InvalidConfigError(
-                        "sasl.oauthbearer.client.id",
-                        "the client-credentials flow needs sasl.oauthbearer.client.id and "
-                        "sasl.oauthbearer.client.secret",
-                    )
-
-    def _check_zookeeper_security(self) -> None:
-        """The rules of ``zookeeper.auth``, ``zookeeper.set.acl`` and ``zookeeper.ssl.*``."""
-        if self.zookeeper_auth is not None:
-            scheme, colon, credentials = self.zookeeper_auth.partition(":")
-            if not colon or not scheme or not credentials:
-                raise InvalidConfigError(
-                    "zookeeper.auth",
-                    "must be scheme:credentials, e.g. digest:user:password (value hidden)",
-                )
-            if scheme == "digest" and ":" not in credentials:
-                raise InvalidConfigError(
-                    "zookeeper.auth",
-                    "digest credentials must be user:password (value hidden)",
-                )
-        if (
-            self.zookeeper_set_acl
-            and self.zookeeper_auth is None
-            and self.zookeeper_ssl_certfile is None
-        ):
-            raise InvalidConfigError(
-                "zookeeper.set.acl",
-                "needs an identity for the creator's ACL: set zookeeper.auth "
-                "(digest:user:password) or a client certificate (zookeeper.ssl.certfile)",
-            )
-        algorithm = self.zookeeper_ssl_endpoint_identification_algorithm.lower()
-        object.__setattr__(self, "zookeeper_ssl_endpoint_identification_algorithm", algorithm)
-        _check_choice(
-            "zookeeper.ssl.endpoint.identification.algorithm",
-            algorithm,
-            _ENDPOINT_IDENTIFICATION_VALUES,
-        )
-        for name in (
-            "zookeeper_ssl_cafile",
-            "zookeeper_ssl_certfile",
-            "zookeeper_ssl_keyfile",
-            "zookeeper_ssl_password",
-        ):
-            if getattr(self, name) is not None and not self.zookeeper_ssl_client_enable:
-                raise InvalidConfigError(
-                    name.replace("_", "."),
-                    "is set but zookeeper.ssl.client.enable is false; set it to true",
-                )
-        for name in ("zookeeper_ssl_cafile", "zookeeper_ssl_certfile", "zookeeper_ssl_keyfile"):
-            _check_readable_file(name.replace("_", "."), getattr(self, name))
-        if self.zookeeper_ssl_keyfile is not None and self.zookeeper_ssl_certfile is None:
-            raise InvalidConfigError(
-                "zookeeper.ssl.keyfile", "is set without zookeeper.ssl.certfile"
             )
 
     @property
@@ -1075,11 +908,6 @@ def _check_range(key: str, value: int, minimum: int, *, extra: str = "") -> None
         )
 
 
-def _check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise InvalidConfigError(key, f"must be one of {', '.join(allowed)}, got {value!r}")
-
-
 def kafka_security_from_properties(props: Mapping[str, str] | None) -> KafkaSecurity:
     """The Kafka connection security given by Java-client dotted keys.
 
@@ -1134,38 +962,6 @@ def zookeeper_security_from_properties(props: Mapping[str, str] | None) -> Zooke
         return ZookeeperSecurity()
     wanted.update({"group.id": "g", "zookeeper.connect": "x:1"})
     return ZookeeperSecurity.from_config(ConsumerConfig.from_properties(wanted))
-
-
-def _pem_store(key: str, path: str, store_type: object) -> str:
-    """A Java client's trust/key store location, accepted when it is a PEM file."""
-    kind = str(store_type).strip().upper() if store_type is not None else None
-    if kind not in (None, "PEM"):
-        raise InvalidConfigError(
-            key,
-            f"a {kind} store cannot be read here; convert it to PEM (keytool -exportcert -rfc "
-            f"for a truststore, openssl pkcs12 -nodes for a keystore) and set "
-            f"{key.rsplit('.', 2)[0]}.type=PEM, or use ssl.cafile / ssl.certfile",
-        )
-    _check_readable_file(key, path)
-    if kind is None:
-        with open(path, "rb") as f:
-            looks_pem = b"-----BEGIN" in f.read(4096)
-        if not looks_pem:
-            raise InvalidConfigError(
-                key,
-                f"{path!r} is not a PEM file (a JKS or PKCS12 store?); convert it to PEM and "
-                f"set {key.rsplit('.', 2)[0]}.type=PEM, or use ssl.cafile / ssl.certfile",
-            )
-    return path
-
-
-def _check_readable_file(key: str, path: str | None) -> None:
-    if path is None:
-        return
-    if not os.path.isfile(path):
-        raise InvalidConfigError(key, f"no such file: {path!r}")
-    if not os.access(path, os.R_OK):
-        raise InvalidConfigError(key, f"file {path!r} is not readable")
 
 
 def _check_legal_chars(key: str, value: str) -> None:
