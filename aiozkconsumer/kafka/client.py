@@ -536,7 +536,7 @@ class FetchChannel:
             rack_id: ``client.rack`` (v11+).
 
         Returns:
-            A :class:`~.fetch_connection.FetchResponse` (``topics`` named), or aiokafka's
+            A :class:`~.fetch_response.FetchResponse` (``topics`` named), or aiokafka's
             decoded response on the aiokafka path; both have ``topics`` and
             ``throttle_time_ms``, partitions as ``(partition, error code, high watermark,
             ..., records)``.
