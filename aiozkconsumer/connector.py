@@ -43,6 +43,7 @@ from .lease import SessionLease
 from .membership import Membership
 from .offsets import make_offset_store
 from .rebalance import Rebalancer
+from .records import OwnershipGate
 from .security import KafkaSecurity, ZookeeperSecurity
 from .watches import GroupWatches
 from .zk.client import ZkClient
@@ -315,6 +316,21 @@ class ZookeeperConsumerConnector(ConsumerConnector):
         one expired) makes the next rebalance drop the old ownership and register again.
         """
         gate = self.ownership.gate
+
+        def hold_back(state: str) -> None:
+            # Synchronously, inside the transition: a record must not be handed out between
+            # the connection dropping and this task's next turn.
+            if state != "connected":
+                gate.close()
+
+        remove_listener = self.zk.add_state_listener(hold_back)
+        try:
+            await self._follow_session(gate)
+        finally:
+            remove_listener()
+
+    async def _follow_session(self, gate: OwnershipGate) -> None:
+        """The body of :meth:`_watch_session`: its reactions to each session transition."""
         async for state, session_id in self.zk.session_events():
             if state != "connected":
                 log.warning(

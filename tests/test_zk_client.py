@@ -74,3 +74,35 @@ async def test_adapter_raises_specific_errors_against_a_real_server(
     finally:
         await zk.delete_recursive(f"/consumers/{unique_group_id}")
         await zk.close()
+
+
+async def test_state_listeners_run_inside_the_transition_before_any_waiter() -> None:
+    """A listener sees the new state synchronously, before a ``wait_for`` waiter wakes; a
+    failing listener is logged and neither stops the others nor the transition."""
+    from aiozk.states import States
+
+    from aiozkconsumer.zk.session import _ObservedStateMachine
+
+    seen: list[str] = []
+
+    def broken(state: str) -> None:
+        raise RuntimeError("listener bug")
+
+    machine = _ObservedStateMachine(session=None, listeners=[broken, seen.append])
+    waiter = machine.wait_for(States.CONNECTED)
+    machine.transition_to(States.CONNECTED)
+    assert seen == [States.CONNECTED]
+    assert not waiter.cancelled() and waiter.done()  # resolved, but its task has not run yet
+    machine.transition_to(States.SUSPENDED)
+    assert seen == [States.CONNECTED, States.SUSPENDED]
+    assert machine.current_state == States.SUSPENDED
+
+
+def test_zkclient_listeners_can_be_added_before_start_and_removed() -> None:
+    zk = ZkClient("127.0.0.1:1")
+    seen: list[str] = []
+    remove = zk.add_state_listener(seen.append)
+    assert zk._state_listeners == [seen.append]
+    remove()
+    remove()  # twice is harmless
+    assert zk._state_listeners == []

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import posixpath
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import aiozk
@@ -124,6 +124,7 @@ def _prompt_client(
     chroot: str | None,
     session_timeout_s: float,
     security: ZookeeperSecurity | None = None,
+    state_listeners: list[Callable[[str], None]] | None = None,
 ) -> Any:
     """An ``aiozk.ZKClient`` whose session is a :class:`_PromptSession`.
 
@@ -148,6 +149,7 @@ def _prompt_client(
         None,
         ssl_context=security.ssl_context,
         auth=security.auth,
+        state_listeners=state_listeners,
     )
     return client
 
@@ -324,6 +326,7 @@ class ZkClient:
         self._auth_scheme = None if self.security.auth is None else self.security.auth[0]
         self._zk: Any = None
         self._closed = False
+        self._state_listeners: list[Callable[[SessionState], None]] = []
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -345,7 +348,11 @@ class ZkClient:
                 client create it (``path`` the chroot).
         """
         self._zk = _prompt_client(
-            self._servers, self._chroot, self.session_timeout_ms / 1000, self.security
+            self._servers,
+            self._chroot,
+            self.session_timeout_ms / 1000,
+            self.security,
+            self._state_listeners,
         )
         try:
             with anyio.fail_after(self.connection_timeout_ms / 1000):
@@ -438,6 +445,26 @@ class ZkClient:
         if self._zk is None:
             return str(States.LOST)
         return str(self._zk.session.state.current_state)
+
+    def add_state_listener(self, listener: Callable[[SessionState], None]) -> Callable[[], None]:
+        """Call ``listener(state)`` synchronously on every session state transition.
+
+        Unlike :meth:`wait_for_state` and :meth:`session_events`, whose waiters run on a later
+        turn of the event loop, the listener runs inside the transition, before any other
+        task: for what must not lag the state (closing the ownership gate the moment the
+        connection drops). It must be quick and must not raise (an exception is logged).
+        May be added before :meth:`start`.
+
+        Returns:
+            A function removing the listener.
+        """
+        self._state_listeners.append(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._state_listeners.remove(listener)
+
+        return remove
 
     async def wait_for_state(self, *states: SessionState) -> None:
         """Wait until the session is in one of ``states`` (returns at once if it is)."""

@@ -27,6 +27,7 @@ from aiozk import protocol as zk_protocol
 from aiozk.connection import Connection as _AiozkConnection
 from aiozk.connection import reply_header_struct, size_struct
 from aiozk.session import Session as _AiozkSession
+from aiozk.states import SessionStateMachine as _AiozkStateMachine
 from aiozk.states import States
 
 from ..errors import ZookeeperAuthError, ZookeeperConnectionError, ZookeeperError
@@ -240,6 +241,28 @@ class _Refused(Exception):
         self.make = make
 
 
+class _ObservedStateMachine(_AiozkStateMachine):  # type: ignore[misc]  # aiozk is untyped
+    """aiozk's session state machine, calling listeners synchronously on each transition.
+
+    aiozk only offers futures (``wait_for``), which wake their waiters on a later turn of the
+    event loop: between the transition and the waiter running, another task may still act
+    on the old state (hand out a record after the connection dropped). A listener runs
+    inside ``transition_to``, before any other task does.
+    """
+
+    def __init__(self, session: Any, listeners: list[Callable[[str], None]]) -> None:
+        super().__init__(session)
+        self.listeners = listeners
+
+    def transition_to(self, state: str) -> None:
+        super().transition_to(state)
+        for listener in list(self.listeners):
+            try:
+                listener(state)
+            except Exception:  # a listener's bug must not break the session
+                log.exception("ZooKeeper state listener %r failed", listener)
+
+
 class _PromptSession(_AiozkSession):  # type: ignore[misc]  # aiozk is untyped
     """aiozk's session, reconnecting promptly after a dropped connection.
 
@@ -305,9 +328,11 @@ class _PromptSession(_AiozkSession):  # type: ignore[misc]  # aiozk is untyped
         *args: Any,
         ssl_context: ssl.SSLContext | None = None,
         auth: tuple[str, str] | None = None,
+        state_listeners: list[Callable[[str], None]] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.state = _ObservedStateMachine(self, state_listeners if state_listeners else [])
         self.ssl_context = ssl_context
         self._auth = auth
         self._established = False
