@@ -37,6 +37,7 @@ from .errors import (
     ZookeeperError,
 )
 from .fetcher import FetcherManager
+from .handover import Coordinator, Handover, MemberParts
 from .interceptors import ConsumerInterceptor, Interceptors
 from .metrics import ConsumerMetrics
 from .offsets import OffsetStore
@@ -59,7 +60,6 @@ __all__ = [
     "ConnectorStatistics",
     "ConsumerConnector",
     "ConsumerRebalanceListener",
-    "RebalanceHistory",
     "generate_consumer_id",
 ]
 
@@ -214,25 +214,6 @@ class Committer(Protocol):
     async def auto_commit(self, interval_s: float) -> None: ...
 
 
-class RebalanceHistory(Protocol):
-    """What a coordinator reports of its rebalances, for ``statistics()``."""
-
-    @property
-    def listener(self) -> Any: ...
-
-    @listener.setter
-    def listener(self, value: Any) -> None: ...
-
-    @property
-    def history(self) -> Iterable[RebalanceRecord]: ...
-
-    @property
-    def completed(self) -> int: ...
-
-    @property
-    def failed_attempts(self) -> int: ...
-
-
 @runtime_checkable
 class _ReportsUnowned(Protocol):
     """A coordinator that may leave partitions of its plan unclaimed (the ZooKeeper one)."""
@@ -267,7 +248,7 @@ class ConsumerConnector:
     """
 
     committer: Committer
-    coordinator: RebalanceHistory
+    coordinator: Coordinator
 
     def __init__(
         self,
@@ -293,6 +274,21 @@ class ConsumerConnector:
         self.fetcher = FetcherManager(None, config, self.metrics)  # type: ignore[arg-type]
         self.ownership = OwnershipState(config.queued_max_message_chunks)
         """What this member owns: registry, committed offsets, gate, stream queues."""
+        self.handover = Handover(
+            config=config,
+            consumer_id=self.consumer_id_string,
+            ownership=self.ownership,
+            fetcher=self.fetcher,
+            offset_store=offset_store,
+            metrics=self.metrics,
+            cluster=cluster,
+            commit=lambda offsets: self.committer.commit(
+                offsets, config.offsets_commit_max_retries
+            ),
+            task_group=lambda: self.task_group,
+            fetch_enabled=fetch,
+        )
+        """Gives partitions up and takes them, for whichever coordinator."""
         # Kafka commits carry each offset's leader epoch (KIP-320), known from the batches the
         # consumed records came in.
         kafka_store = getattr(offset_store, "kafka_store", offset_store)
@@ -404,6 +400,24 @@ class ConsumerConnector:
     def rebalance_pending(self) -> bool:
         """Whether a rebalance was requested and has not started yet."""
         return self._rebalance_requested.is_set()
+
+    def _member_parts(self) -> MemberParts:
+        """What this connector gives its coordinator."""
+        return MemberParts(
+            config=self.config,
+            consumer_id=self.consumer_id_string,
+            cluster=self.cluster,
+            offset_store=self.offset_store,
+            fetcher=self.fetcher,
+            ownership=self.ownership,
+            metrics=self.metrics,
+            handover=self.handover,
+            topic_count=lambda: self._topic_count,
+            task_group=lambda: self.task_group,
+            is_closing=lambda: self.closing,
+            fetch_enabled=self.fetch_enabled,
+            on_attempt_failed=lambda: self._set_state(self._state),
+        )
 
     @property
     def task_group(self) -> TaskGroup:
@@ -866,10 +880,7 @@ class ConsumerConnector:
             len(fenced),
             ", ".join(map(str, sorted(fenced))),
         )
-        self.ownership.deactivate(fenced)
-        self.fetcher.remove_partitions(fenced)
-        self.ownership.release(fenced)
-        self.offset_store.forget(fenced)
+        self.handover.drop(fenced)
         self.request_rebalance("commit fenced")
 
     # -- introspection -------------------------------------------------------------------

@@ -166,22 +166,10 @@ class ZookeeperConsumerConnector(ConsumerConnector):
         self.committer.on_connection_lost = self.lease.end_now
         self.committer.claiming_session = lambda: self.membership.registered_session
         self.coordinator = self._rebalancer = Rebalancer(
-            config=config,
-            consumer_id=self.consumer_id_string,
+            self._member_parts(),
             zk=self.zk,
-            cluster=self.cluster,
-            offset_store=self.offset_store,
-            fetcher=self.fetcher,
-            ownership=self.ownership,
             membership=self.membership,
-            committer=self.committer,
-            metrics=self.metrics,
-            topic_count=lambda: self._topic_count,
-            task_group=lambda: self.task_group,
-            is_closing=lambda: self.closing,
-            fetch_enabled=fetch,
             on_no_brokers=self.watches.watch_broker_ids,
-            on_attempt_failed=lambda: self._set_state(self._state),
             connection_retry_window_s=self.connection_retry_window_s,
         )
         self._state_before_suspend = ConnectorState.RUNNING

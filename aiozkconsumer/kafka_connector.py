@@ -1,14 +1,14 @@
 """``KafkaConsumerConnector``: a member of a Kafka-coordinated group, behind the same API.
 
 The group is coordinated by a broker's group coordinator with the Java ``KafkaConsumer``'s
-classic protocol (``kafka_coordinator.KafkaCoordinator``), not by ZooKeeper: no registration
+classic protocol (``group.classic.KafkaCoordinator``), not by ZooKeeper: no registration
 or owner nodes, no ZooKeeper at all. Streams, batches, commits, the rebalance listener,
 interceptors, statistics and metrics are those of every ``ConsumerConnector``; offsets live in
 Kafka, committed with the member's generation and member id, so a member whose generation is
 over cannot commit (``CommitFencedError``), as the Java client's ``CommitFailedException``.
 
 With ``group.protocol=consumer`` the member speaks the consumer group protocol of KIP-848
-instead (``kafka_consumer_protocol.ConsumerProtocolCoordinator``): the broker assigns, the
+instead (``group.consumer_protocol.ConsumerProtocolCoordinator``): the broker assigns, the
 member reconciles incrementally, and commits carry the member epoch (OffsetCommit v9).
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -26,11 +25,11 @@ from .cluster import ClusterView
 from .commits import FencedCommitter
 from .config import ConsumerConfig
 from .errors import ConsumerError, InvalidConfigError
+from .group.classic import METADATA_REFRESH_MS, KafkaCoordinator
+from .group.consumer_protocol import ConsumerProtocolCoordinator
 from .interceptors import ConsumerInterceptor
 from .kafka.consumer_group import ConsumerGroupClient, MemberEpochOffsetsChannel
 from .kafka.group import GroupClient
-from .kafka_consumer_protocol import ConsumerProtocolCoordinator
-from .kafka_coordinator import METADATA_REFRESH_MS, KafkaCoordinator
 from .offsets import OffsetStore, make_offset_store
 from .offsets.kafka_store import KafkaOffsetStore
 from .offsets.rules import default_fetch_timeout_ms
@@ -126,12 +125,6 @@ class KafkaConsumerConnector(ConsumerConnector):
             offset_store=offset_store,
             interceptors=interceptors,
         )
-        group_class = ConsumerGroupClient if config.consumer_protocol else GroupClient
-        self.group = group_class(
-            cluster.kafka,
-            config.group_id,
-            request_timeout_ms=min(config.socket_timeout_ms, config.session_timeout_ms),
-        )
         self.committer = FencedCommitter(
             config,
             self.consumer_id_string,
@@ -142,28 +135,22 @@ class KafkaConsumerConnector(ConsumerConnector):
             on_fenced=self._drop_fenced,
             on_commit=self.interceptors.on_commit,
         )
-        coordinator_class: Any = KafkaCoordinator
+        request_timeout_ms = min(config.socket_timeout_ms, config.session_timeout_ms)
+        self.group: GroupClient | ConsumerGroupClient
         if config.consumer_protocol:
-            coordinator_class = ConsumerProtocolCoordinator
-        self.coordinator = coordinator_class(
-            config=config,
-            consumer_id=self.consumer_id_string,
-            group=self.group,
-            cluster=self.cluster,
-            offset_store=self.offset_store,
-            fetcher=self.fetcher,
-            ownership=self.ownership,
-            metrics=self.metrics,
-            commit=lambda offsets: self.committer.commit(
-                offsets, config.offsets_commit_max_retries
-            ),
-            topic_count=lambda: self._topic_count,
-            task_group=lambda: self.task_group,
-            is_closing=lambda: self.closing,
-            request_rebalance=self.request_rebalance,
-            fetch_enabled=fetch,
-            on_attempt_failed=lambda: self._set_state(self._state),
-        )
+            self.group = ConsumerGroupClient(
+                cluster.kafka, config.group_id, request_timeout_ms=request_timeout_ms
+            )
+            self.coordinator = ConsumerProtocolCoordinator(
+                self._member_parts(), group=self.group, request_rebalance=self.request_rebalance
+            )
+        else:
+            self.group = GroupClient(
+                cluster.kafka, config.group_id, request_timeout_ms=request_timeout_ms
+            )
+            self.coordinator = KafkaCoordinator(
+                self._member_parts(), group=self.group, request_rebalance=self.request_rebalance
+            )
 
     def _generation_and_member(self) -> tuple[int, str]:
         coordinator = self.coordinator

@@ -48,26 +48,19 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
-from anyio.abc import TaskGroup
 
 from ._concurrency import gather, gather_outcomes
-from .cluster import ClusterView
-from .commits import FencedCommitter
-from .config import ConsumerConfig
 from .errors import (
     ConsumerError,
     ConsumerRebalanceFailedError,
     MalformedZookeeperDataError,
-    OffsetStorageError,
     ZookeeperConnectionError,
     ZookeeperError,
     ZookeeperSessionExpiredError,
 )
-from .fetcher import FetcherManager
+from .handover import MemberParts, StreamView
 from .membership import Membership
-from .metrics import ConsumerMetrics
-from .offsets import NO_OFFSET, OffsetStore
-from .ownership import OwnershipState, call_listener, partition_info, partitions_by_topic
+from .offsets import NO_OFFSET
 from .plan import (
     Moves,
     decide_claims,
@@ -217,20 +210,10 @@ class Rebalancer:
     """Performs rebalances for one member, one at a time (the caller holds the lock).
 
     Args:
-        config: the consumer configuration.
-        consumer_id: this member's consumer id string.
+        parts: what the connector gives every coordinator (its hand-over commits released
+            partitions' consumed offsets with the fenced committer, auto-commit on).
         zk: the ZooKeeper session.
-        cluster: where brokers, topics and partitions come from.
-        offset_store: reads committed offsets of acquired partitions; forgets released ones.
-        fetcher: the fetcher manager (stopped/started per partition).
-        ownership: the member's ownership state.
         membership: the registration (re-registers after a replaced session).
-        committer: commits consumed offsets of released partitions (auto-commit on).
-        metrics: ``RebalanceRateAndTime``.
-        topic_count: returns this member's subscription.
-        task_group: returns the task group that owns the fetcher tasks.
-        is_closing: whether the member is shutting down (attempts stop).
-        fetch_enabled: whether this member fetches what it owns.
         on_no_brokers: called when ZooKeeper has no broker (starts a watch on them).
         on_attempt_failed: called after each failed attempt.
         connection_retry_window_s: how long attempts lost to ZooKeeper connection loss are
@@ -251,43 +234,30 @@ class Rebalancer:
 
     def __init__(
         self,
+        parts: MemberParts,
         *,
-        config: ConsumerConfig,
-        consumer_id: str,
         zk: ZkClient,
-        cluster: ClusterView,
-        offset_store: OffsetStore,
-        fetcher: FetcherManager,
-        ownership: OwnershipState,
         membership: Membership,
-        committer: FencedCommitter,
-        metrics: ConsumerMetrics,
-        topic_count: Callable[[], TopicCount | None],
-        task_group: Callable[[], TaskGroup],
-        is_closing: Callable[[], bool],
-        fetch_enabled: bool = True,
         on_no_brokers: Callable[[], None] = lambda: None,
-        on_attempt_failed: Callable[[], None] = lambda: None,
         connection_retry_window_s: float = 0.0,
     ) -> None:
-        self.config = config
-        self.consumer_id = consumer_id
+        self.config = parts.config
+        self.consumer_id = parts.consumer_id
         self.zk = zk
-        self.cluster = cluster
-        self.offset_store = offset_store
-        self.fetcher = fetcher
-        self.ownership = ownership
+        self.cluster = parts.cluster
+        self.offset_store = parts.offset_store
+        self.fetcher = parts.fetcher
+        self.ownership = parts.ownership
         self.membership = membership
-        self.committer = committer
-        self.metrics = metrics
-        self.topic_count = topic_count
-        self.task_group = task_group
-        self.is_closing = is_closing
-        self.fetch_enabled = fetch_enabled
+        self.handover = parts.handover
+        self.metrics = parts.metrics
+        self.topic_count = parts.topic_count
+        self.task_group = parts.task_group
+        self.is_closing = parts.is_closing
+        self.fetch_enabled = parts.fetch_enabled
         self.on_no_brokers = on_no_brokers
-        self.on_attempt_failed = on_attempt_failed
+        self.on_attempt_failed = parts.on_attempt_failed
         self.connection_retry_window_s = connection_retry_window_s
-        self.listener: RebalanceListener | None = None
         self.history: deque[RebalanceRecord] = deque(maxlen=HISTORY_LIMIT)
         self.phase_history: deque[RebalancePhases] = deque(maxlen=HISTORY_LIMIT)
         self.completed = 0
@@ -311,6 +281,25 @@ class Rebalancer:
         rebalance started counts): its ``queued_ms`` starts here."""
         if self._triggered_at is None:
             self._triggered_at = time.monotonic()
+
+    @property
+    def listener(self) -> RebalanceListener | None:
+        """The rebalance listener, or ``None`` (the hand-over calls it)."""
+        listener: RebalanceListener | None = self.handover.listener
+        return listener
+
+    @listener.setter
+    def listener(self, value: RebalanceListener | None) -> None:
+        self.handover.listener = value
+
+    async def rebalance(self, reason: str) -> None:
+        """The :class:`~aiozkconsumer.handover.Coordinator` protocol's name for
+        :meth:`synced_rebalance`."""
+        await self.synced_rebalance(reason)
+
+    async def leave(self) -> None:
+        """Nothing to send: a ZooKeeper member leaves when its registration is deleted (the
+        connector's shutdown), and the other members' watches rebalance then."""
 
     async def synced_rebalance(self, reason: str) -> None:
         """Time ``_synced_rebalance`` in ``RebalanceRateAndTime`` (KAFKA-1446)."""
@@ -437,27 +426,7 @@ class Rebalancer:
         offsets are committed while we still own them (auto-commit on), the listener's
         ``before_releasing_partitions`` sees them, then their owner nodes are deleted.
         """
-        released = self.ownership.deactivate(tps)
-        if not released:
-            return
-        clock = self._clock
-        self.fetcher.remove_partitions(released)
-        if self.config.auto_commit_enable:
-            try:
-                final = {tp: p.consumed_offset for tp, p in released.items()}
-                await self.committer.commit(final, self.config.offsets_commit_max_retries)
-            except (ZookeeperError, OffsetStorageError) as e:
-                log.warning("[%s] commit before release failed: %s", self.consumer_id, e)
-        clock.lap("release_commit")
-        if self.listener is not None:
-            await call_listener(
-                self.listener.before_releasing_partitions(partitions_by_topic(released))
-            )
-            clock.lap("release_listener")
-        await self._delete_owner_nodes(released)
-        self.offset_store.forget(released)
-        self.ownership.release(released)
-        clock.lap("release_delete")
+        await self.handover.release(tps, step=self._delete_owner_nodes, lap=self._clock.lap)
 
     async def _delete_owner_nodes(self, tps: Iterable[TopicPartition]) -> None:
         """Delete our owner nodes of ``tps``, only our own: after a session expiry a node may
@@ -706,30 +675,15 @@ class Rebalancer:
                 for tp in dropped:
                     del acquire[tp]
             clock.lap("offsets")
-        new_ptis = {
-            tp: partition_info(cfg, self.metrics, own.gate, tp, moves.acquire[tp], offsets[tp])
-            for tp in acquire
-        }
-        for tp, pti in new_ptis.items():
-            pti.fence = tokens[tp]
-        own.acquire(new_ptis.values())
-        own.record_committed(offsets)
+        new_ptis = self.handover.acquire(
+            {tp: moves.acquire[tp] for tp in acquire}, offsets, fences=tokens
+        )
         self.last_moves = (len(moves.keep), len(moves.release), len(acquire))
-        if self.listener is not None:
-            global_view: dict[str, dict[int, ConsumerThreadId]] = {}
-            for per_consumer in assignment.values():
-                for tp, tid in per_consumer.items():
-                    global_view.setdefault(tp.topic, {})[tp.partition] = tid
-            await call_listener(self.listener.before_starting_fetchers(me, global_view))
-            clock.lap("start_listener")
-        if self.fetch_enabled and len(own):
-            self.fetcher.kafka = await self.cluster.kafka()
-            # Also after an attempt that failed once its claims were in (a broker was
-            # unreachable): everything owned must be fetched, not only what is new.
-            await self.fetcher.ensure_fetching(
-                own.registry.values(), new_ptis.values(), self.task_group()
-            )
-            clock.lap("start_fetchers")
+        global_view: StreamView = {}
+        for per_consumer in assignment.values():
+            for tp, tid in per_consumer.items():
+                global_view.setdefault(tp.topic, {})[tp.partition] = tid
+        await self.handover.start(new_ptis, global_view, lap=clock.lap)
         return True
 
     async def _start_kafka(self) -> None:

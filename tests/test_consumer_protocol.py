@@ -30,7 +30,7 @@ from aiozkconsumer.base_connector import ConsumerConnector
 from aiozkconsumer.errors import InvalidConfigError
 from aiozkconsumer.kafka.client import KafkaClient
 from aiozkconsumer.kafka.consumer_group import ConsumerGroupClient, ConsumerGroupHeartbeatRequest
-from aiozkconsumer.kafka_consumer_protocol import ConsumerProtocolCoordinator
+from aiozkconsumer.group.consumer_protocol import ConsumerProtocolCoordinator
 from aiozkconsumer.stream import KafkaStream
 from aiozkconsumer.subscription import ConsumerThreadId
 from aiozkconsumer.testing import LocalCluster

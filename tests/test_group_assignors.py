@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiozkconsumer.errors import InvalidConfigError
-from aiozkconsumer.group_assignors import (
+from aiozkconsumer.group.assignors import (
     SUPPORTED_STRATEGIES,
     GroupAssignment,
     RangeAssignor,

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from aiozkconsumer import ConnectorState, ConsumerConfig, TopicPartition, create_connector
-from aiozkconsumer.group_assignors import assign
+from aiozkconsumer.group.assignors import assign
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.testing.java_member import JavaConsumerMember
 

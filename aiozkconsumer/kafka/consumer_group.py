@@ -18,7 +18,7 @@ aiokafka (0.14) does not speak it, so the requests are declared here with its ``
 Partitions of an assignment come as topic ids (UUIDs, 16 raw bytes here); the client resolves
 them to names with Metadata. Every failure is a
 :class:`~aiozkconsumer.kafka.group.GroupRequestError` (translated in
-:class:`ConsumerGroupClient`); the member's driver is ``aiozkconsumer.kafka_consumer_protocol``.
+:class:`ConsumerGroupClient`); the member's driver is ``aiozkconsumer.group.consumer_protocol``.
 
 OffsetFetch needs no new version: the broker accepts an OffsetFetch without member id and
 epoch (v1-v8) from anyone, as from the admin client (``ConsumerGroup.validateOffsetFetch``).

@@ -5,7 +5,7 @@ FindCoordinator, JoinGroup, SyncGroup, Heartbeat and LeaveGroup (the Java client
 assignments (protocol type ``consumer``), so that a Java ``KafkaConsumer``, an aiokafka or a
 confluent-kafka consumer using the same assignor can be a member of the same group. Every
 aiokafka failure and every error code is translated into :class:`GroupRequestError` here; the
-driver (``aiozkconsumer.kafka_coordinator``) decides what to do with it.
+driver (``aiozkconsumer.group.classic``) decides what to do with it.
 """
 
 from __future__ import annotations

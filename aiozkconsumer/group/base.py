@@ -1,0 +1,364 @@
+"""What the two Kafka-coordinated members share: the Java client's ``AbstractCoordinator``.
+
+:class:`GroupMember` holds the parts the connector gives (:class:`~aiozkconsumer.handover.
+MemberParts`), the member state machine (:mod:`.state`), the subscription helpers, the
+retry loop of a rebalance, the assignment's acquisition through the hand-over, the
+rebalance history, and the heartbeat task's skeleton. The classic member
+(:mod:`.classic`) and the KIP-848 member (:mod:`.consumer_protocol`) fill in the protocol:
+one attempt, what a failed attempt means, one heartbeat and what its failure means.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+import anyio
+
+from ..errors import ConsumerError, GroupCoordinatorError, UnknownTopicError
+from ..handover import MemberParts, StreamView
+from ..kafka.group import GroupRequestError
+from ..plan import plan_moves
+from ..records import HISTORY_LIMIT, PartitionTopicInfo, RebalanceRecord, TopicPartition
+from ..subscription import ConsumerThreadId, WildcardTopicCount
+from .state import MemberEvent, MemberState, MemberStateMachine
+
+__all__ = ["GroupMember"]
+
+log = logging.getLogger(__name__)
+
+_RETRY_BACKOFF_S = 0.1
+_RETRY_BACKOFF_MAX_S = 1.0
+
+
+class GroupMember:
+    """A member of a Kafka-coordinated group; subclasses speak one group protocol.
+
+    Args:
+        parts: what the connector gives every coordinator.
+        group: the protocol's group requests.
+        request_rebalance: asks the connector's rebalance worker for a rebalance.
+
+    Attributes:
+        member_id: the member id (``""`` before the classic protocol's first join).
+        machine: the member state machine.
+        history: the last ``HISTORY_LIMIT`` rebalances.
+        completed: rebalances that ended with the assignment taken, all time.
+        failed_attempts: attempts that failed, all time.
+        last_heartbeat_sent, last_heartbeat_received: monotonic seconds, ``None`` before any.
+    """
+
+    _round_name: ClassVar[str] = "rebalance"
+    _generation_name: ClassVar[str] = "generation"
+
+    def __init__(
+        self, parts: MemberParts, group: Any, request_rebalance: Callable[[str], None]
+    ) -> None:
+        self.parts = parts
+        self.config = parts.config
+        self.consumer_id = parts.consumer_id
+        self.cluster = parts.cluster
+        self.offset_store = parts.offset_store
+        self.ownership = parts.ownership
+        self.metrics = parts.metrics
+        self.handover = parts.handover
+        self.topic_count = parts.topic_count
+        self.is_closing = parts.is_closing
+        self.group = group
+        self.request_rebalance = request_rebalance
+        self.member_id = ""
+        self.machine = MemberStateMachine()
+        self.history: deque[RebalanceRecord] = deque(maxlen=HISTORY_LIMIT)
+        self.completed = 0
+        self.failed_attempts = 0
+        self.last_heartbeat_sent: float | None = None
+        self.last_heartbeat_received: float | None = None
+        self._heartbeat_reset = anyio.Event()
+
+    @property
+    def listener(self) -> Any:
+        """The rebalance listener, or ``None`` (the hand-over calls it)."""
+        return self.handover.listener
+
+    @listener.setter
+    def listener(self, value: Any) -> None:
+        self.handover.listener = value
+
+    @property
+    def generation(self) -> int:
+        """The group generation or member epoch (-1: not a member)."""
+        raise NotImplementedError
+
+    # -- the subscription ----------------------------------------------------------------
+
+    def subscribed_topics(self) -> list[str]:
+        """The topics this member subscribes to now (a pattern's current matches)."""
+        tc = self.topic_count()
+        if tc is None:
+            return []
+        if isinstance(tc, WildcardTopicCount):
+            return sorted(tc.allowed_topics())
+        return sorted(tc.get_consumer_thread_ids_per_topic())
+
+    def _streams_of(self, topic: str) -> int:
+        tc = self.topic_count()
+        if tc is None:
+            return 1
+        ids = tc.get_consumer_thread_ids_per_topic().get(topic)
+        return max(1, len(ids)) if ids else 1
+
+    def thread_for(self, tp: TopicPartition) -> ConsumerThreadId:
+        """The stream a partition feeds: partition ``p`` of a topic with ``n`` streams feeds
+        stream ``p mod n`` (stable across rebalances, so a partition that stays keeps its
+        stream)."""
+        return ConsumerThreadId(self.consumer_id, tp.partition % self._streams_of(tp.topic))
+
+    async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
+        parts = await self.cluster.partitions_for_topics(topics)
+        return {t: len(p) for t, p in parts.items()}
+
+    async def _check_topics_exist(self, topics: list[str]) -> None:
+        """Raises ``UnknownTopicError`` for a topic of a static subscription that does not
+        exist (a pattern's topics come and go)."""
+        tc = self.topic_count()
+        if tc is None or isinstance(tc, WildcardTopicCount) or not topics:
+            return
+        counts = await self._partition_counts(topics)
+        missing = [t for t in topics if not counts.get(t)]
+        if missing:
+            raise UnknownTopicError(
+                missing[0],
+                f"topic {missing[0]!r} of the subscription does not exist "
+                f"(group {self.config.group_id!r})",
+            )
+
+    async def _where(self) -> str:
+        try:
+            return str(await self.group.coordinator_address())
+        except ConsumerError:
+            return "unknown"
+
+    # -- the rebalance -------------------------------------------------------------------
+
+    async def rebalance(self, reason: str) -> None:
+        """Join (or rejoin) the group, or reconcile, and take the assignment.
+
+        Retriable failures (no coordinator yet, the coordinator moved or is loading, a
+        rebalance under way, a fenced member) are retried with a short backoff (doubling
+        from 0.1 s to 1 s) within ``max(session.timeout.ms, 30 s)``.
+
+        Raises:
+            GroupCoordinatorError: a fatal group error (authorization, an inconsistent
+                group protocol, a broker without the protocol), or no success within the
+                deadline; names the group and the coordinator.
+            UnknownTopicError: a topic of a static subscription does not exist.
+            ConsumerError: the rebalance listener raised.
+        """
+        with self.metrics.rebalance_rate_and_time().time():
+            await self._rebalance(reason)
+
+    async def _rebalance(self, reason: str) -> None:
+        started, t0 = time.time(), time.monotonic()
+        deadline = anyio.current_time() + max(self.config.session_timeout_ms / 1000, 30.0)
+        backoff = _RETRY_BACKOFF_S
+        attempts = 0
+        totals = [0, 0, 0]  # kept, released, acquired
+        if self.is_closing():
+            return
+        try:
+            await self._begin(totals)
+            while True:
+                if self.is_closing():
+                    return
+                attempts += 1
+                try:
+                    await self._attempt(totals)
+                    break
+                except GroupRequestError as e:
+                    self.failed_attempts += 1
+                    self.parts.on_attempt_failed()
+                    if self._is_fatal(e):
+                        self._record(started, t0, attempts, False, reason, totals)
+                        raise GroupCoordinatorError(
+                            self.config.group_id, await self._where(), str(e)
+                        ) from e
+                    back_off = self._attempt_failed(e)
+                    log.info("[%s] attempt %d failed: %s", self.consumer_id, attempts, e)
+                    if anyio.current_time() >= deadline:
+                        self._record(started, t0, attempts, False, reason, totals)
+                        raise GroupCoordinatorError(
+                            self.config.group_id,
+                            await self._where(),
+                            f"could not join within {time.monotonic() - t0:.0f} s: {e}",
+                        ) from e
+                    if back_off:
+                        await anyio.sleep(backoff)
+                        backoff = min(backoff * 2, _RETRY_BACKOFF_MAX_S)
+        finally:
+            if self.machine.rebalancing:
+                self.machine.handle(MemberEvent.GAVE_UP)
+        self._record(started, t0, attempts, True, reason, totals)
+
+    async def _begin(self, totals: list[int]) -> None:
+        """Before the first attempt (the classic member gives everything up here)."""
+
+    async def _attempt(self, totals: list[int]) -> None:
+        """One attempt; ends with the assignment taken (``synced``).
+
+        Raises:
+            GroupRequestError: the attempt failed.
+        """
+        raise NotImplementedError
+
+    def _is_fatal(self, e: GroupRequestError) -> bool:
+        """Whether ``e`` ends the rebalance at once."""
+        return e.fatal
+
+    def _attempt_failed(self, e: GroupRequestError) -> bool:
+        """React to a failed attempt; returns whether to back off before the next."""
+        raise NotImplementedError
+
+    async def _take(
+        self, target: Iterable[TopicPartition], *, always_tell_listener: bool
+    ) -> tuple[int, int, int]:
+        """Own exactly ``target``: give up what is owned and not in it (committing), take
+        what is new (at its committed offset), leave what stays untouched (its fetcher,
+        queued chunks and stream keep going), then start fetching.
+
+        Args:
+            target: the assignment.
+            always_tell_listener: call ``before_starting_fetchers`` even when nothing moved.
+
+        Returns:
+            ``(kept, released, acquired)`` counts.
+        """
+        own = self.ownership
+        target = list(target)
+        wanted = {tp: own.queue_for(tp.topic, self.thread_for(tp)) for tp in target}
+        moves = plan_moves(own.owned_streams(), wanted)
+        released: dict[TopicPartition, PartitionTopicInfo] = {}
+        if moves.release:
+            released = await self.handover.release(moves.release, commit=True)
+        new: dict[TopicPartition, PartitionTopicInfo] = {}
+        if moves.acquire:
+            offsets = await self.offset_store.fetch(list(moves.acquire))
+            new = self.handover.acquire(moves.acquire, offsets)
+        own.gate.reopen()
+        await self._taken()
+        if released or new:
+            log.info(
+                "[%s] %s %d: kept %d, released %s, acquired %s",
+                self.consumer_id,
+                self._generation_name,
+                self.generation,
+                len(moves.keep),
+                sorted(released),
+                sorted(new),
+            )
+        view: StreamView | None = None
+        if always_tell_listener or released or new:
+            view = {}
+            for tp in target:
+                view.setdefault(tp.topic, {})[tp.partition] = self.thread_for(tp)
+        await self.handover.start(new, view)
+        return len(moves.keep), len(released), len(new)
+
+    async def _taken(self) -> None:
+        """After the assignment is owned, before the listener hears of it."""
+
+    def _members_seen(self) -> tuple[str, ...]:
+        return (self.member_id,)
+
+    def _record(
+        self, started: float, t0: float, attempts: int, ok: bool, reason: str, totals: list[int]
+    ) -> None:
+        kept, released, acquired = totals
+        rec = RebalanceRecord(
+            started_at=started,
+            duration_s=time.monotonic() - t0,
+            attempts=attempts,
+            succeeded=ok,
+            partitions=self.ownership.owned(),
+            reason=reason,
+            members=self._members_seen(),
+            kept=kept,
+            released=released,
+            acquired=acquired,
+        )
+        self.history.append(rec)
+        if ok:
+            self.completed += 1
+        log.info(
+            "[%s] %s %s in %.3f s (%s %d); owns %d partitions",
+            self.consumer_id,
+            self._round_name,
+            "done" if ok else "FAILED",
+            rec.duration_s,
+            self._generation_name,
+            self.generation,
+            len(rec.partitions),
+        )
+
+    # -- heartbeats ----------------------------------------------------------------------
+
+    def _heartbeat_interval_s(self) -> float:
+        return self.config.heartbeat_interval_ms / 1000
+
+    def _may_heartbeat(self) -> bool:
+        return self.machine.may_heartbeat
+
+    async def heartbeat_loop(self) -> None:
+        """The ``HeartbeatTask``: one heartbeat an interval while the member is stable.
+
+        The interval starts anew when a rebalance ends (it heartbeated, as the Java
+        client's ``HeartbeatThread.enable``), so the group's members notice the next
+        rebalance together. What a heartbeat's answer means is the protocol's
+        (:meth:`_beat`, :meth:`_beat_failed`).
+        """
+        while True:
+            with anyio.move_on_after(self._heartbeat_interval_s()):
+                await self._heartbeat_reset.wait()
+            if self._heartbeat_reset.is_set():
+                self._heartbeat_reset = anyio.Event()
+                continue  # a rebalance just ended: the next heartbeat is an interval after it
+            if not self._may_heartbeat() or self.is_closing():
+                continue
+            try:
+                await self._beat()
+            except GroupRequestError as e:
+                self._beat_failed(e)
+
+    async def _beat(self) -> None:
+        """One heartbeat and what its answer asks for."""
+        raise NotImplementedError
+
+    def _beat_failed(self, e: GroupRequestError) -> None:
+        """What a failed heartbeat asks for."""
+        raise NotImplementedError
+
+    def _close_gate_now(self) -> None:
+        """Fenced: hand out nothing more until the coordinator answers again."""
+        gate = self.ownership.gate
+        gate.extend(min(gate.deadline, time.monotonic()))
+
+    def _lapsed(self) -> bool:
+        """Whether no heartbeat was answered for a session timeout."""
+        return self.last_heartbeat_received is not None and (
+            time.monotonic() - self.last_heartbeat_received > self.config.session_timeout_ms / 1000
+        )
+
+    def _leaving(self) -> bool:
+        """Start leaving; ``False`` when already leaving or gone."""
+        if self.machine.state in (MemberState.LEAVING, MemberState.LEFT):
+            return False
+        self.machine.handle(MemberEvent.LEAVE)
+        return True
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.config.group_id} member={self.member_id or '-'} "
+            f"{self._generation_name}={self.generation} {self.machine.state.value}>"
+        )

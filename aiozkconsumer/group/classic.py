@@ -1,0 +1,255 @@
+"""The classic group protocol's member: the Java client's ``ConsumerCoordinator``.
+
+It speaks the classic group protocol (``kafka/group.py``): JoinGroup with the configured
+assignor and the standard ``ConsumerProtocol`` subscription, the leader computing the
+assignment with the Java assignors' rules (:mod:`.assignors`), SyncGroup, a heartbeat task
+(the seed's ``HeartbeatTask``) that keeps running while the user's code is slow, and
+LeaveGroup on shutdown. As in ``AbstractCoordinator``/``ConsumerCoordinator``
+(kafka-clients):
+
+- a rejoin is asked for by a heartbeat answered ``REBALANCE_IN_PROGRESS``, by a fenced
+  member (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``), by a metadata change of the
+  subscription (a partition-count change, a new topic matching a pattern) and by the
+  leader's assignment snapshot going stale while it assigned;
+- ``onJoinPrepare``: before (re)joining, the member commits its consumed offsets, calls the
+  listener and gives up every partition (the classic protocol is eager: a member joining
+  stops the group's fetching while it rebalances);
+- rebalances stay one serialized task, as in ZooKeeper mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import anyio
+
+from ..errors import ConsumerError
+from ..handover import MemberParts
+from ..kafka.group import (
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+    GroupClient,
+    GroupRequestError,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from .assignors import assign
+from .base import GroupMember
+from .state import MemberEvent, MemberState
+
+__all__ = ["METADATA_REFRESH_MS", "KafkaCoordinator"]
+
+log = logging.getLogger(__name__)
+
+METADATA_REFRESH_MS = 5000
+"""How often the subscription's metadata is checked for changes, ms (the metadata snapshot)."""
+
+
+class KafkaCoordinator(GroupMember):
+    """One member's part in a Kafka-coordinated group (classic protocol).
+
+    Args:
+        parts: what the connector gives every coordinator.
+        group: the classic protocol's group requests.
+        request_rebalance: asks the connector's rebalance worker for a rejoin.
+
+    Attributes:
+        member_id: the id the coordinator gave (``""`` before the first join).
+        generation: the group generation of the current membership (-1: none).
+        protocol: the assignor the group chose; leader: the leader's member id.
+
+    And the attributes of :class:`~aiozkconsumer.group.base.GroupMember`.
+    """
+
+    def __init__(
+        self,
+        parts: MemberParts,
+        *,
+        group: GroupClient,
+        request_rebalance: Callable[[str], None],
+    ) -> None:
+        super().__init__(parts, group, request_rebalance)
+        self._generation = -1
+        self.protocol: str | None = None
+        self.leader: str | None = None
+        self._metadata_snapshot: dict[str, int] | None = None
+        self._members: tuple[str, ...] = ()
+
+    @property
+    def generation(self) -> int:
+        """The group generation of the current membership (-1: none)."""
+        return self._generation
+
+    @generation.setter
+    def generation(self, value: int) -> None:
+        self._generation = value
+
+    # -- the rebalance -------------------------------------------------------------------
+
+    async def _begin(self, totals: list[int]) -> None:
+        """``onJoinPrepare``: commit, call the listener, give every partition up (eager)."""
+        self.machine.handle(MemberEvent.JOIN)  # no heartbeat from here on
+        owned = self.ownership.owned()
+        if owned:
+            released = await self.handover.release(owned, commit=self.generation >= 0)
+            totals[1] = len(released)
+
+    async def _attempt(self, totals: list[int]) -> None:
+        """One JoinGroup + SyncGroup, then take the assignment."""
+        cfg = self.config
+        self.machine.handle(MemberEvent.JOIN)
+        topics = self.subscribed_topics()
+        await self._check_topics_exist(topics)
+        joined = await self.group.join(
+            self.member_id,
+            session_timeout_ms=cfg.session_timeout_ms,
+            rebalance_timeout_ms=cfg.max_poll_interval_ms,
+            protocols=[(cfg.partition_assignment_strategy, encode_subscription(topics))],
+        )
+        self.member_id = joined.member_id
+        self.generation = joined.generation
+        self.protocol = joined.protocol
+        self.leader = joined.leader
+        self.machine.handle(MemberEvent.JOINED)
+        log.info(
+            "[%s] joined group %s: generation %d, member %s%s, assignor %s",
+            self.consumer_id,
+            cfg.group_id,
+            joined.generation,
+            joined.member_id,
+            " (leader)" if joined.is_leader else "",
+            joined.protocol,
+        )
+        assignments: list[tuple[str, bytes]] = []
+        snapshot: dict[str, int] | None = None
+        if joined.is_leader:
+            assignments, snapshot = await self._assign(joined.protocol, joined.members)
+        # JoinGroup may wait long for the other members; SyncGroup is answered at once: its
+        # start is when the coordinator last heard from this member.
+        t0 = time.monotonic()
+        data = await self.group.sync(joined.generation, joined.member_id, assignments)
+        self.machine.handle(MemberEvent.ASSIGNMENT_GIVEN)
+        # An answered join proves the membership as a heartbeat does: the lease starts anew,
+        # and so does the heartbeat timer (as the Java client's HeartbeatThread.enable): all
+        # members then heartbeat at about the same moment and notice the next rebalance
+        # together, instead of up to an interval apart.
+        self.ownership.gate.extend(t0 + 0.8 * cfg.session_timeout_ms / 1000)
+        self._heartbeat_reset.set()
+        mine = decode_assignment(data)
+        if snapshot is not None:
+            # The assignment snapshot: metadata changed while the leader assigned.
+            now = await self._partition_counts(list(snapshot))
+            if now != snapshot:
+                log.info("[%s] metadata changed while assigning: rejoining", self.consumer_id)
+                self.request_rebalance("metadata changed while the leader assigned")
+        kept, _, acquired = await self._take(mine, always_tell_listener=True)
+        totals[0], totals[2] = kept, acquired
+        self.machine.handle(MemberEvent.SYNCED)
+
+    def _attempt_failed(self, e: GroupRequestError) -> bool:
+        if e.code == UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+        if e.fenced:
+            self.generation = -1
+            self.machine.handle(MemberEvent.FENCED)
+        return e.code != REBALANCE_IN_PROGRESS and not e.fenced
+
+    async def _taken(self) -> None:
+        self._metadata_snapshot = await self._partition_counts(self.subscribed_topics())
+
+    async def _assign(
+        self, protocol: str, members: tuple[tuple[str, str | None, bytes], ...]
+    ) -> tuple[list[tuple[str, bytes]], dict[str, int]]:
+        """The leader's part: every member's assignment (Java assignors' rules)."""
+        subscriptions: dict[str, list[str]] = {}
+        instance_ids: dict[str, str | None] = {}
+        for member_id, instance_id, metadata in members:
+            try:
+                subscriptions[member_id] = decode_subscription(metadata)
+            except ValueError as e:
+                log.error("[%s] member %s sent %s: it gets nothing", self.consumer_id, member_id, e)
+                subscriptions[member_id] = []
+            instance_ids[member_id] = instance_id
+        self._members = tuple(sorted(subscriptions))
+        all_topics = sorted({t for topics in subscriptions.values() for t in topics})
+        counts = await self._partition_counts(all_topics)
+        plan = assign(protocol, subscriptions, counts, instance_ids)
+        return [(m, encode_assignment(tps)) for m, tps in sorted(plan.items())], counts
+
+    def _members_seen(self) -> tuple[str, ...]:
+        return self._members
+
+    # -- background tasks ----------------------------------------------------------------
+
+    def _may_heartbeat(self) -> bool:
+        # A member that gave a rejoin up still holds its generation: its heartbeats tell it
+        # (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION) to try again.
+        return self.machine.may_heartbeat or (
+            self.machine.state is MemberState.UNJOINED and self.generation >= 0
+        )
+
+    async def _beat(self) -> None:
+        """One heartbeat; each answered heartbeat sent at ``t0`` extends the gate's lease to
+        ``t0 + 0.8 x session.timeout.ms``: a member paused past its session timeout hands out
+        nothing when it wakes up until the coordinator answers again."""
+        t0 = time.monotonic()
+        self.last_heartbeat_sent = t0
+        await self.group.heartbeat(self.generation, self.member_id)
+        self.last_heartbeat_received = time.monotonic()
+        self.machine.handle(MemberEvent.HEARTBEAT_ANSWERED)
+        self.ownership.gate.extend(t0 + 0.8 * self.config.session_timeout_ms / 1000)
+
+    def _beat_failed(self, e: GroupRequestError) -> None:
+        """``REBALANCE_IN_PROGRESS`` asks for a rejoin; ``UNKNOWN_MEMBER_ID`` /
+        ``ILLEGAL_GENERATION`` mean this member was fenced: it stops handing out records at
+        once (the gate closes) and rejoins."""
+        if e.code == REBALANCE_IN_PROGRESS:
+            self.request_rebalance("the group is rebalancing")
+        elif e.fenced:
+            log.warning("[%s] fenced by the coordinator: %s", self.consumer_id, e)
+            if e.code == UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+            self.generation = -1
+            self.machine.handle(MemberEvent.FENCED)
+            self._close_gate_now()
+            self.request_rebalance("fenced: " + str(e))
+        else:
+            log.info("[%s] heartbeat failed: %s", self.consumer_id, e)
+            if self._lapsed():
+                self.request_rebalance("no heartbeat answered for a session timeout")
+
+    async def metadata_loop(self) -> None:
+        """The metadata snapshot: rejoin when a subscribed topic's partition count changes or
+        a pattern matches a new topic (checked every ``METADATA_REFRESH_MS``)."""
+        while True:
+            await anyio.sleep(METADATA_REFRESH_MS / 1000)
+            if self.machine.rebalancing or self._metadata_snapshot is None:
+                continue
+            try:
+                counts = await self._partition_counts(self.subscribed_topics())
+            except ConsumerError as e:
+                log.info("[%s] metadata refresh failed: %s", self.consumer_id, e)
+                continue
+            if counts != self._metadata_snapshot:
+                log.info(
+                    "[%s] subscription metadata changed (%s -> %s): rejoining",
+                    self.consumer_id,
+                    self._metadata_snapshot,
+                    counts,
+                )
+                self._metadata_snapshot = counts
+                self.request_rebalance("subscription metadata changed")
+
+    async def leave(self) -> None:
+        """LeaveGroup, so the group rebalances at once (never raises)."""
+        member = self.member_id and self.generation >= 0
+        if not self._leaving():
+            return
+        if member:
+            await self.group.leave(self.member_id)
+        self.generation = -1
+        self.machine.handle(MemberEvent.LEFT)
