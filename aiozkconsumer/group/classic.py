@@ -108,7 +108,12 @@ class KafkaCoordinator(GroupMember):
             self.member_id,
             session_timeout_ms=cfg.session_timeout_ms,
             rebalance_timeout_ms=cfg.max_poll_interval_ms,
-            protocols=[(cfg.partition_assignment_strategy, encode_subscription(topics))],
+            protocols=[
+                (
+                    cfg.partition_assignment_strategy,
+                    encode_subscription(topics, rack=cfg.client_rack),
+                )
+            ],
         )
         self.member_id = joined.member_id
         self.generation = joined.generation

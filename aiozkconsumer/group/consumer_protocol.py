@@ -130,6 +130,8 @@ class ConsumerProtocolCoordinator(GroupMember):
                 subscribed_topic_names=self.subscribed_topics(),
                 server_assignor=cfg.group_remote_assignor,
                 topic_partitions=owned,
+                # Sent when joining (null afterwards: unchanged), as the Java client.
+                rack_id=cfg.client_rack if join else None,
             )
             t0 = time.monotonic()
             self.last_heartbeat_sent = t0

@@ -282,7 +282,8 @@ class ConsumerGroupHeartbeatRequest(Request[ConsumerGroupHeartbeatRequestStruct]
         subscribed_topic_regex: ``None`` (unchanged) or a RE2/J regex (v1 only).
         server_assignor: ``None`` (the group's, or the broker's default) or its name.
         topic_partitions: ``None`` (unchanged) or the owned ``[(topic id, [partitions])]``.
-        instance_id, rack_id: static membership and rack (unused here: ``None``).
+        instance_id: static membership (unused here: ``None``).
+        rack_id: ``client.rack`` when joining; ``None``: unchanged.
 
     Raises:
         IncompatibleBrokerVersion: (at ``prepare``) a regex for a broker without v1.

@@ -11,6 +11,7 @@ driver (``aiozkconsumer.group.classic``) decides what to do with it.
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -130,9 +131,26 @@ class JoinResult:
         return self.leader == self.member_id
 
 
-def encode_subscription(topics: Iterable[str]) -> bytes:
-    """``ConsumerProtocolSubscription`` v0 of ``topics`` (what Java members decode)."""
-    return bytes(ConsumerProtocolMemberMetadata(0, sorted(set(topics)), b"").encode())
+def _string(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return struct.pack(">h", len(raw)) + raw
+
+
+def encode_subscription(topics: Iterable[str], *, rack: str | None = None) -> bytes:
+    """``ConsumerProtocolSubscription`` of ``topics`` (what Java members decode).
+
+    Without a rack, v0 (topics, no user data). With ``client.rack``, v3 (KIP-881, as the Java
+    client 3.5+ sends it), so that a rack-aware assignor of a Java leader can use it: topics,
+    user data (null), owned partitions (none: this member is eager and gives everything up
+    before it joins), generation id (-1) and the rack id.
+    """
+    names = sorted(set(topics))
+    if rack is None:
+        return bytes(ConsumerProtocolMemberMetadata(0, names, b"").encode())
+    parts = [struct.pack(">hi", 3, len(names)), *(_string(t) for t in names)]
+    parts.append(struct.pack(">iii", -1, 0, -1))  # user data null, no owned, generation -1
+    parts.append(_string(rack))
+    return b"".join(parts)
 
 
 def decode_subscription(data: bytes) -> list[str]:
