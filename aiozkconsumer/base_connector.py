@@ -10,6 +10,7 @@ returns the kind ``group.coordinator`` names.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import re
@@ -307,6 +308,7 @@ class ConsumerConnector:
         self._rebalance_requested = anyio.Event()
         self._pending_reason = ""
         self._tg: TaskGroup | None = None
+        self._tg_stack: contextlib.AsyncExitStack | None = None
         self._bg_tg: TaskGroup | None = None
         self._bg_scope: anyio.CancelScope | None = None
         self._bg_done: anyio.Event | None = None
@@ -445,11 +447,11 @@ class ConsumerConnector:
             # shutdown() then waits for it, so the block is left only once CLOSED.
             await self.shutdown()
         finally:
-            tg, self._tg = self._tg, None
-        if tg is None:
+            stack, self._tg, self._tg_stack = self._tg_stack, None, None
+        if stack is None:
             return None
         try:
-            return await tg.__aexit__(exc_type, exc, tb)
+            return await stack.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
             # The block's own exception comes out as itself, as from any `async with`; so
             # does a single background failure. Only several failures stay a group.
@@ -479,15 +481,17 @@ class ConsumerConnector:
         await self._open()
         self.metrics.max_lag()
         self.metrics.min_fetch_rate()
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
+        # The connector owns its task group through an exit stack (anyio's pattern for an
+        # object that owns one): entered here, left by __aexit__ in the same task.
+        stack = contextlib.AsyncExitStack()
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        self._tg, self._tg_stack = tg, stack
         try:
             await tg.start(self._supervise)
             self._start_background(self.task_group)
         except BaseException:
-            self._tg = None
-            await tg.__aexit__(None, None, None)
+            self._tg = self._tg_stack = None
+            await stack.aclose()
             await self._close_coordination()
             raise
         self._set_state(ConnectorState.CONNECTED)
