@@ -58,7 +58,7 @@ from .errors import (
 from .interceptors import ConsumerInterceptor, Interceptors
 from .kafka_connector import KafkaConsumerConnector
 from .metrics import ConsumerMetrics
-from .rebalance import RebalanceRecord
+from .records import RebalanceRecord
 from .records import MessageAndMetadata, TopicPartition
 from .simple_consumer import FetchResult, SimpleConsumer
 from .stream import ConsumerIterator, KafkaStream

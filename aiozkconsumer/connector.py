@@ -17,7 +17,6 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
-import anyio
 from anyio.abc import TaskGroup
 
 from ._concurrency import gather
@@ -36,17 +35,17 @@ from .config import ConsumerConfig
 from .errors import (
     ConsumerError,
     ZookeeperConnectionError,
-    ZookeeperSessionExpiredError,
 )
 from .interceptors import ConsumerInterceptor
-from .lease import SessionLease
-from .membership import Membership
 from .offsets import make_offset_store
-from .rebalance import Rebalancer
 from .records import OwnershipGate
 from .security import KafkaSecurity, ZookeeperSecurity
-from .watches import GroupWatches
 from .zk.client import ZkClient
+from .zk.retry import connection_retry_window_s, retry_until_connected
+from .zkgroup.lease import SessionLease
+from .zkgroup.membership import Membership
+from .zkgroup.rebalancer import Rebalancer
+from .zkgroup.watches import GroupWatches
 
 __all__ = [
     "CLOSE_COMMIT_LIMIT_S",
@@ -61,10 +60,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-_CONNECTION_RETRY_PAUSE_S = 0.5
-"""Pause before retrying a ZooKeeper step after connection loss (once connected again)."""
-
 
 class ZookeeperConsumerConnector(ConsumerConnector):
     """A member of a ZooKeeper-coordinated consumer group.
@@ -252,17 +247,16 @@ class ZookeeperConsumerConnector(ConsumerConnector):
         again. The original's ZkClient retried for ever (``retryUntilConnected``).
         """
         cfg = self.config
-        return (
-            2 * cfg.zookeeper_session_timeout_ms + cfg.effective_zookeeper_connection_timeout_ms
-        ) / 1000
+        return connection_retry_window_s(
+            cfg.zookeeper_session_timeout_ms, cfg.effective_zookeeper_connection_timeout_ms
+        )
 
     async def retry_across_connection_loss(self, what: str, op: Callable[[], Awaitable[_T]]) -> _T:
         """Run a ZooKeeper step; after connection loss or session expiry, run it again.
 
-        As the original's ZkClient (``retryUntilConnected``), which blocked a call until
-        the connection was back rather than failing it: the step is retried once the
-        session is connected again, for up to :attr:`connection_retry_window_s`. Only for
-        steps that are safe to repeat.
+        :func:`~aiozkconsumer.zk.retry.retry_until_connected` (the original's
+        ``retryUntilConnected``) for up to :attr:`connection_retry_window_s`, stopping when
+        the connector closes. Only for steps that are safe to repeat.
 
         Args:
             what: the step, for the log.
@@ -276,25 +270,14 @@ class ZookeeperConsumerConnector(ConsumerConnector):
                 of the window (or the connector is closing).
             ZookeeperError: any other ZooKeeper failure, at once.
         """
-        deadline = anyio.current_time() + self.connection_retry_window_s
-        while True:
-            try:
-                return await op()
-            except (ZookeeperConnectionError, ZookeeperSessionExpiredError) as e:
-                remaining = deadline - anyio.current_time()
-                if remaining <= 0 or self.closing:
-                    raise
-                log.warning(
-                    "[%s] %s: %s; retrying when ZooKeeper is back (for up to %.0f s)",
-                    self.consumer_id_string,
-                    what,
-                    e,
-                    remaining,
-                )
-                with anyio.move_on_after(remaining):
-                    await self.zk.wait_for_state("connected")
-                    # The state may still say connected while requests time out.
-                    await anyio.sleep(min(_CONNECTION_RETRY_PAUSE_S, remaining))
+        return await retry_until_connected(
+            self.zk,
+            what,
+            op,
+            window_s=self.connection_retry_window_s,
+            give_up=lambda: self.closing,
+            log_prefix=self.consumer_id_string,
+        )
 
     async def _watch_session(self) -> None:
         """Follow the session: hold records back while suspended; re-register after expiry.

@@ -206,7 +206,7 @@ def patch_original(backoff_s: float) -> None:
     """Make aiozkconsumer rebalance like the 0.10.2 consumer (emulation, member side only)."""
     import anyio
 
-    from aiozkconsumer.rebalance import Rebalancer
+    from aiozkconsumer.zkgroup.rebalancer import Rebalancer
     from aiozkconsumer.zk.client import ZkClient
 
     incremental = Rebalancer._rebalance
@@ -1069,7 +1069,7 @@ async def run_config(
 
 
 def _phase_order() -> tuple[str, ...]:
-    from aiozkconsumer.rebalance import PHASES
+    from aiozkconsumer.zkgroup.phases import PHASES
 
     return ("queued", *PHASES, "total", "first_records")
 

@@ -140,7 +140,7 @@ async def test_ownership_conflict_resolved_within_retries(
     await any_zk_client.create(blocker, b"someone-else-0", ephemeral=True)
     config = config_for(any_cluster, unique_group_id, rebalance_backoff_ms=5000)
     waiting = anyio.Event()
-    with on_log("aiozkconsumer.rebalance", waiting, "waiting for the partition ownership"):
+    with on_log("aiozkconsumer.zkgroup.owners", waiting, "waiting for the partition ownership"):
         async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
             done = anyio.Event()
 

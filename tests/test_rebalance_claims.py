@@ -36,7 +36,7 @@ class _ReleaseWhenTold:
 
 @pytest.fixture
 def rebalance_log() -> Iterator[logging.Logger]:
-    logger = logging.getLogger("aiozkconsumer.rebalance")
+    logger = logging.getLogger("aiozkconsumer.zkgroup")
     level = logger.level
     logger.setLevel(logging.INFO)
     yield logger
@@ -110,7 +110,7 @@ async def test_a_join_while_a_claim_waits_makes_the_waiter_plan_again(
             registered = anyio.Event()
             with (
                 anyio.fail_after(60),
-                on_log("aiozkconsumer.membership", registered, third.consumer_id_string),
+                on_log("aiozkconsumer.zkgroup.membership", registered, third.consumer_id_string),
             ):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(second.create_message_streams, {topic: 1})

@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 import pytest
 
-from aiozkconsumer.rebalance import PHASES, PhaseClock, RebalancePhases
+from aiozkconsumer.zkgroup.phases import PHASES, PhaseClock, RebalancePhases
 
 
 class _FakeClock:

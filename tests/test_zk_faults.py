@@ -35,7 +35,7 @@ from aiozkconsumer import (
 )
 from aiozkconsumer.commits import FencedCommitter
 from aiozkconsumer.errors import OffsetCommitError, ZookeeperSessionExpiredError
-from aiozkconsumer.lease import DETECTION_FRACTION, SessionLease
+from aiozkconsumer.zkgroup.lease import DETECTION_FRACTION, SessionLease
 from aiozkconsumer.metrics import ConsumerMetrics
 from aiozkconsumer.ownership import OwnershipState
 from aiozkconsumer.records import OwnershipGate

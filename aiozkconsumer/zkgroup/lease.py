@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import anyio
 
-from .errors import ZookeeperError
-from .records import OwnershipGate
-from .zk.client import ZkClient
+from ..errors import ZookeeperError
+from ..records import OwnershipGate
+from ..zk.client import ZkClient
 
 __all__ = [
     "DETECTION_FRACTION",

@@ -13,13 +13,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from .fetcher import FetcherManager
-from .offsets import OffsetStore
-from .ownership import OwnershipState
-from .stream import KafkaStream
-from .subscription import TopicCount
-from .zk import layout
-from .zk.client import ZkClient
+from ..fetcher import FetcherManager
+from ..offsets import OffsetStore
+from ..ownership import OwnershipState
+from ..stream import KafkaStream
+from ..subscription import TopicCount
+from ..zk import layout
+from ..zk.client import ZkClient
 
 __all__ = ["Membership"]
 

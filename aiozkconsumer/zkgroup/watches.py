@@ -14,15 +14,15 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from .cluster import ClusterView
-from .errors import (
+from ..cluster import ClusterView
+from ..errors import (
     BrokerNotAvailableError,
     MalformedZookeeperDataError,
     NoBrokersError,
     ZookeeperError,
 )
-from .zk import layout
-from .zk.client import ZkClient
+from ..zk import layout
+from ..zk.client import ZkClient
 
 __all__ = ["METADATA_REFRESH_MS", "GroupWatches"]
 
