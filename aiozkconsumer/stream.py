@@ -62,6 +62,12 @@ ChunkQueue = asyncio.Queue[FetchedDataChunk | _ShutdownCommand]
 Decoder = Callable[[bytes], Any]
 
 
+def _gate_closed(pti: PartitionTopicInfo) -> bool:
+    """Whether ``pti``'s gate holds records back now (session in doubt, lease run out)."""
+    gate = pti.gate
+    return not gate.open or _monotonic() >= gate.deadline
+
+
 class ConsumerIterator:
     """The asynchronous iterator of one ``KafkaStream`` (``ConsumerIterator.scala``).
 
@@ -247,6 +253,23 @@ class ConsumerIterator:
             tuple(headers) if headers else (),
         )
 
+    def _released(self, pti: PartitionTopicInfo) -> bool:
+        """Whether ``pti`` was released mid-chunk (the rest of its chunk is dropped)."""
+        if pti.active:
+            return False
+        self.clear_current_chunk()
+        return True
+
+    def _refill(self) -> bool:
+        """Between record batches: move on to the next batch of the chunk, else to the next
+        queued chunk. ``False`` when nothing is ready (or the stream ended)."""
+        if self._pti is not None and self._next_batch_records():
+            return True
+        if self._done or self._queue.empty():
+            return False
+        self._take_chunk(self._queue.get_nowait())
+        return True
+
     def _poll(self, out: list[MessageAndMetadata], limit: int) -> PartitionTopicInfo | None:
         """Append up to ``limit`` ready records to ``out`` without waiting.
 
@@ -266,14 +289,12 @@ class ConsumerIterator:
         mam = MessageAndMetadata
         while n < limit:
             pti = self._pti
-            if pti is not None and not pti.active:
-                self.clear_current_chunk()  # partition released mid-chunk: drop the rest
+            if pti is not None and self._released(pti):
                 continue
             recs = self._recs
             if pti is not None and recs is None and native.AVAILABLE:
                 # Between batches: the native decoder reads what it can in one call.
-                gate = pti.gate
-                if not gate.open or _monotonic() >= gate.deadline:
+                if _gate_closed(pti):
                     return pti
                 got, status = self._take_native(pti, out, limit - n, plain)
                 n += got
@@ -285,14 +306,10 @@ class ConsumerIterator:
                     continue
                 # STATUS_DONE or STATUS_FOREIGN: the Python path takes the next item.
             if pti is None or recs is None:
-                if pti is not None and self._next_batch_records():
-                    continue
-                if self._done or self._queue.empty():
+                if not self._refill():
                     return None
-                self._take_chunk(self._queue.get_nowait())
                 continue
-            if not pti.active:
-                self.clear_current_chunk()  # partition released mid-chunk: drop the rest
+            if self._released(pti):
                 continue
             gate = pti.gate
             topic = pti.topic
@@ -400,14 +417,12 @@ class ConsumerIterator:
         n = len(columns)
         while n < limit:
             pti = self._pti
-            if pti is not None and not pti.active:
-                self.clear_current_chunk()  # partition released mid-chunk: drop the rest
+            if pti is not None and self._released(pti):
                 continue
             recs = self._recs
             if pti is not None and recs is None and columns.native_decoder:
                 # Between batches: the native decoder reads what it can in one call.
-                gate = pti.gate
-                if not gate.open or _monotonic() >= gate.deadline:
+                if _gate_closed(pti):
                     return pti
                 assert self._batches is not None
                 try:
@@ -433,17 +448,12 @@ class ConsumerIterator:
                     continue
             recs = self._recs
             if pti is None or recs is None:
-                if pti is not None and self._next_batch_records():
-                    continue
-                if self._done or self._queue.empty():
+                if not self._refill():
                     return None
-                self._take_chunk(self._queue.get_nowait())
                 continue
-            if not pti.active:
-                self.clear_current_chunk()  # partition released mid-chunk: drop the rest
+            if self._released(pti):
                 continue
-            gate = pti.gate
-            if not gate.open or _monotonic() >= gate.deadline:
+            if _gate_closed(pti):
                 return pti
             pending = self._pending
             if pending is not None:
