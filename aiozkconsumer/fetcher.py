@@ -33,6 +33,13 @@ compressed with a codec that cannot be decompressed here stops its partition wit
 :class:`~aiozkconsumer.errors.UnsupportedCodecError` (the batches before it are handed out
 first); the other partitions go on.
 
+Fetch from the closest replica (KIP-392): every fetch carries ``client.rack``; a partition
+whose leader names a preferred read replica in its response moves to the fetch loop of that
+replica's broker, and back to its leader's when the replica expires (``metadata.max.age.ms``),
+leaves the metadata, or answers with an error (the rules of the Java client, decided in
+:mod:`~aiozkconsumer.read_replica`). The loop it leaves forgets it in its fetch session with
+its next request.
+
 Differences from the original, on purpose: an unexpected error in a fetch loop is not
 swallowed by a dying thread (the partitions would stall silently); it propagates to the
 connector's task group. ``fetch.max.bytes`` is honoured (the original sent ``Int.MaxValue``).
@@ -80,6 +87,7 @@ from .kafka.leader_epoch import (
     leaders_and_epochs,
     offsets_for_leader_epoch,
 )
+from .kafka.replicas import metadata_version, replica_online
 from .kafka.stable_offsets import list_offsets
 from .kafka.transactions import (
     READ_COMMITTED,
@@ -88,6 +96,7 @@ from .kafka.transactions import (
     AbortedTransactions,
     stable_and_aborted,
 )
+from .read_replica import DEFAULT_EXPIRY_MS, ErrorRoute, ReadReplicas, ReadReplicaStatistics
 from .records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
 
 __all__ = ["ConsumerFetcher", "FetchPlan", "FetcherManager", "fetcher_id_for", "plan_fetch"]
@@ -115,12 +124,100 @@ class ConsumerFetcher:
         self._delivering: set[TopicPartition] = set()
         self._wakeup = anyio.Event()
         self.requests = 0
+        # KIP-392: the partitions whose broker may change (fetched here from a replica that
+        # is not their leader, or with a preferred read replica named), looked at again
+        # before a fetch when one is due to expire, the metadata changed, or one was added.
+        self._routed: set[TopicPartition] = set()
+        self._routed_changed = False
+        self._recheck_at_ms = 0.0
+        self._metadata_seen: Any = None
 
     def add_partitions(self, ptis: Iterable[PartitionTopicInfo]) -> None:
-        """Start fetching these partitions (their leader is this fetcher's broker)."""
+        """Start fetching these partitions (this fetcher's broker is their leader, or their
+        preferred read replica)."""
+        leaders = self.manager.leaders
+        replicas = self.manager.read_replicas
         for pti in ptis:
-            self.partitions[pti.tp] = pti
+            tp = pti.tp
+            self.partitions[tp] = pti
+            if leaders.get(tp, self.node_id) != self.node_id or tp in replicas:
+                self._routed.add(tp)
+                self._routed_changed = True
         self._wakeup.set()
+
+    def _reroute(self) -> None:
+        """Send partitions to the loop of the broker they are to be fetched from now.
+
+        A partition fetched here from a replica goes back to its leader's loop once the
+        replica expired, or before its offset is reset (ListOffsets goes to the leader); one
+        fetched here from its leader goes to its preferred read replica's loop once one is
+        named. A preferred replica not online in the metadata sends the partition to the
+        leader finder (which refreshes the metadata). A partition whose chunk still waits
+        for room in its queue moves once the chunk is in.
+        """
+        routed = self._routed
+        manager = self.manager
+        now = _now_ms()
+        version = metadata_version(manager.kafka)
+        if (
+            not self._routed_changed
+            and now < self._recheck_at_ms
+            and version == self._metadata_seen
+        ):
+            return
+        self._routed_changed = False
+        self._metadata_seen = version
+        recheck = float("inf")
+        leaders, replicas = manager.leaders, manager.read_replicas
+        moves: dict[int, list[PartitionTopicInfo]] = {}
+        refresh: list[TopicPartition] = []
+        for tp in list(routed):
+            pti = self.partitions.get(tp)
+            leader = leaders.get(tp)
+            if pti is None or leader is None:
+                routed.discard(tp)
+                continue
+            if tp in self._delivering:
+                continue
+            if pti.fetched_offset < 0 and replicas.clear(tp) is not None:
+                log.debug("%s: its offset is reset at its leader, broker %s", tp, leader)
+            chosen = replicas.select(
+                tp, leader, now, functools.partial(replica_online, manager.kafka, tp)
+            )
+            if chosen.refresh_metadata:
+                log.info(
+                    "%s: its preferred read replica is not online in the metadata; back to "
+                    "its leader after a metadata refresh",
+                    tp,
+                )
+                refresh.append(tp)
+            elif chosen.node_id != self.node_id:
+                moves.setdefault(chosen.node_id, []).append(pti)
+            elif tp not in replicas:
+                routed.discard(tp)  # fetched from its leader, no replica named
+            else:
+                recheck = min(recheck, replicas.expires_at_ms(tp) or recheck)
+        self._recheck_at_ms = recheck
+        if refresh:
+            self._remove_with_error(refresh)
+        for node, ptis in moves.items():
+            self._move(ptis, node)
+
+    def _move(self, ptis: list[PartitionTopicInfo], node: int) -> None:
+        """Hand partitions over to the fetch loop of ``node`` (their leader or preferred read
+        replica); this loop's next fetch request forgets them in its session."""
+        leaders = self.manager.leaders
+        for pti in ptis:
+            self.partitions.pop(pti.tp, None)
+            self._routed.discard(pti.tp)
+            log.debug(
+                "fetching %s from broker %s (%s) instead of broker %s",
+                pti.tp,
+                node,
+                "its leader" if leaders.get(pti.tp) == node else "its preferred read replica",
+                self.node_id,
+            )
+        self.manager.hand_to(node, ptis)
 
     def _remove_with_error(self, tps: Iterable[TopicPartition]) -> None:
         removed = [self.partitions.pop(tp) for tp in list(tps) if tp in self.partitions]
@@ -187,10 +284,18 @@ class ConsumerFetcher:
         delivering = self._delivering
         manager = self.manager
         while True:
+            if self._routed:
+                self._reroute()
             plan = plan_fetch(
                 self.partitions.values(), delivering, manager.free_slots, config.fetch_max_bytes
             )
             if plan.reset:
+                if any(p.tp in self._routed for p in plan.reset):
+                    # Reset at the leader (ListOffsets): a partition fetched here from
+                    # another replica goes back to its leader's loop first.
+                    self._routed_changed = True
+                    self._reroute()
+                    continue
                 await self._reset_offsets(plan.reset)
                 continue
             if not plan.fetch:
@@ -221,6 +326,7 @@ class ConsumerFetcher:
                         min_bytes=config.fetch_min_bytes,
                         max_bytes=plan.max_bytes,
                         isolation_level=manager.isolation_level,
+                        rack_id=manager.rack_id,
                     )
                 except AuthenticationError as e:
                     # Credentials or TLS refused on the loop's own connection: a leader refresh
@@ -228,20 +334,23 @@ class ConsumerFetcher:
                     # attempts, so this logs at most once per that period, and a rotated secret
                     # or renewed certificate recovers without a restart.
                     log.error("fetch from broker %s: %s", self.node_id, e)
+                    manager.read_replicas.on_failure(self.partitions)
                     self._remove_with_error(list(self.partitions))
                     await anyio.sleep(backoff_s)
                     continue
                 except BrokerNotAvailableError as e:
                     log.warning("fetch from broker %s failed: %s", self.node_id, e)
+                    manager.read_replicas.on_failure(self.partitions)
                     self._remove_with_error(list(self.partitions))
                     await anyio.sleep(backoff_s)
                     continue
                 self.requests += 1
+                size = sum(len(part[-1] or b"") for _, parts in response.topics for part in parts)
+                node = self.node_id
+                manager.fetch_requests[node] = manager.fetch_requests.get(node, 0) + 1
+                manager.fetch_bytes[node] = manager.fetch_bytes.get(node, 0) + size
                 metrics = manager.metrics
                 if metrics is not None:
-                    size = sum(
-                        len(part[-1] or b"") for _, parts in response.topics for part in parts
-                    )
                     metrics.record_fetch(
                         kafka.broker_address(self.node_id),
                         (time.monotonic() - started) * 1000.0,
@@ -258,10 +367,21 @@ class ConsumerFetcher:
     async def _process_response(
         self, response: Any, offsets: dict[TopicPartition, int]
     ) -> list[TopicPartition]:
-        """Hand the response's chunks over; returns the partitions that got records."""
+        """Hand the response's chunks over; returns the partitions that got records.
+
+        A preferred read replica the response names (KIP-392) is kept for the partition
+        (:meth:`_reroute` moves it before the next fetch); an error from a replica that is not
+        the partition's leader is handled as :meth:`~.read_replica.ReadReplicas.on_error`
+        says: ``OFFSET_OUT_OF_RANGE`` fetches the same offset from the leader instead of
+        resetting it.
+        """
         fetched: list[TopicPartition] = []
         errored: list[TopicPartition] = []
         out_of_range: list[PartitionTopicInfo] = []
+        to_leader: dict[int, list[PartitionTopicInfo]] = {}
+        manager = self.manager
+        leaders, replicas = manager.leaders, manager.read_replicas
+        preferred = _preferred_read_replicas(response)
         for topic, parts in response.topics:
             for partition, error_code, highwater, *part_data in parts:
                 tp = TopicPartition(topic, partition)
@@ -270,11 +390,37 @@ class ConsumerFetcher:
                 if pti is None or fetch_offset is None or pti.fetched_offset != fetch_offset:
                     continue  # removed or reset while the fetch was in flight
                 err = classify_partition_error(error_code)
+                leader = leaders.get(tp, self.node_id)
                 if err is PartitionError.NONE:
                     stable, aborted = stable_and_aborted(part_data)
                     self.manager.record_highwater(tp, highwater, stable)
                     if await self._enqueue(pti, fetch_offset, part_data[-1], aborted):
                         fetched.append(tp)
+                    replica = preferred.get(tp) if preferred else None
+                    if replica is not None and replica >= 0:
+                        if replicas.update(tp, replica, _now_ms()):
+                            log.debug(
+                                "broker %s names broker %s the preferred read replica of %s",
+                                self.node_id,
+                                replica,
+                                tp,
+                            )
+                        self._routed.add(tp)
+                        self._routed_changed = True
+                    continue
+                route = replicas.on_error(tp, error_code, from_leader=leader == self.node_id)
+                if route is ErrorRoute.LEADER:
+                    # A follower behind (or ahead of a truncated leader): the leader decides.
+                    log.info(
+                        "fetch of %s at offset %d from broker %s, a replica that is not its "
+                        "leader: %s; fetching it from its leader, broker %s",
+                        tp,
+                        fetch_offset,
+                        self.node_id,
+                        error_name(error_code),
+                        leader,
+                    )
+                    to_leader.setdefault(leader, []).append(pti)
                 elif err is PartitionError.OFFSET_OUT_OF_RANGE:
                     out_of_range.append(pti)
                 elif error_code in _EPOCH_ERRORS:
@@ -293,6 +439,8 @@ class ConsumerFetcher:
                         "fetch of %s from broker %s: %s", tp, self.node_id, error_name(error_code)
                     )
                     errored.append(tp)
+        for node, ptis in to_leader.items():
+            self._move(ptis, node)
         if out_of_range:
             await self._reset_offsets(out_of_range)
         if errored:
@@ -459,11 +607,35 @@ class ConsumerFetcher:
         finally:
             self.manager.waiting_chunk(pti.queue, -1)
             self._delivering.discard(pti.tp)
+            if pti.tp in self._routed:
+                self._routed_changed = True  # its move waited for this chunk
             self._wakeup.set()
 
 
 _EPOCH_ERRORS = {74: "FENCED_LEADER_EPOCH (74)", 75: "UNKNOWN_LEADER_EPOCH (75)"}
 """The Fetch errors of a ``CurrentLeaderEpoch`` the broker does not hold (KIP-320)."""
+
+
+def _now_ms() -> float:
+    """The monotonic clock in milliseconds (preferred read replicas' expiry)."""
+    return time.monotonic() * 1000.0
+
+
+def _preferred_read_replicas(response: Any) -> dict[TopicPartition, int]:
+    """The ``PreferredReadReplica`` of each partition a Fetch v11+ response names one for.
+
+    Our parser's responses carry them apart; aiokafka's decoded v11 response (the fallback
+    path) has it as the partition's seventh field of eight.
+    """
+    found = getattr(response, "preferred_read_replicas", None)
+    if found is not None:
+        return dict(found)
+    out: dict[TopicPartition, int] = {}
+    for topic, parts in response.topics:
+        for part in parts:
+            if len(part) == 8 and isinstance(part[6], int) and part[6] >= 0:
+                out[TopicPartition(topic, part[0])] = part[6]
+    return out
 
 
 def _too_large(data: Any, fetch_size: int) -> bool:
@@ -508,6 +680,20 @@ class FetcherManager:
         """Per partition, where lag is measured to: the last stable offset of the last fetch
         response under read_committed, its high watermark otherwise (as the Java client's
         ``records-lag``)."""
+        self.rack_id: str = getattr(config, "client_rack", None) or ""
+        """``client.rack``, sent with every fetch (KIP-392; "" none)."""
+        self.leaders: dict[TopicPartition, int] = {}
+        """Per partition handed to a fetch loop, its leader then (the loop may be its
+        preferred read replica's)."""
+        self.read_replicas: ReadReplicas[TopicPartition] = ReadReplicas(
+            getattr(config, "metadata_max_age_ms", None) or DEFAULT_EXPIRY_MS
+        )
+        """The preferred read replicas named by the partitions' leaders (KIP-392), followed
+        for ``metadata.max.age.ms`` (the Java client's; 5 minutes)."""
+        self.fetch_requests: dict[int, int] = {}
+        """Per broker id, the fetch requests answered so far."""
+        self.fetch_bytes: dict[int, int] = {}
+        """Per broker id, the record bytes its fetch responses carried so far."""
         self._no_leader: dict[TopicPartition, PartitionTopicInfo] = {}
         self._no_leader_event = anyio.Event()
         self._scope: anyio.CancelScope | None = None
@@ -531,6 +717,7 @@ class FetcherManager:
         """
         await self.stop_connections()
         self.partition_map = {p.tp: p for p in ptis}
+        self.read_replicas.retain(self.partition_map)
         self._register_lag(self.partition_map.values())
         self._no_leader = dict(self.partition_map)
         self._no_leader_event = anyio.Event()
@@ -585,6 +772,7 @@ class FetcherManager:
                 await done.wait()
         self._unregister_lag(list(self.partition_map))
         self.partition_map = {}
+        self.leaders = {}
         self._no_leader = {}
 
     def add_partitions(self, ptis: Iterable[PartitionTopicInfo]) -> None:
@@ -607,6 +795,8 @@ class FetcherManager:
         for tp in tps:
             self.partition_map.pop(tp, None)
             self._no_leader.pop(tp, None)
+            self.leaders.pop(tp, None)
+            self.read_replicas.clear(tp)
             for fetcher in self.fetchers.values():
                 fetcher.partitions.pop(tp, None)
         self._unregister_lag(tps)
@@ -639,6 +829,48 @@ class FetcherManager:
                 self._no_leader[pti.tp] = pti
         if self._no_leader:
             self._no_leader_event.set()
+
+    def hand_to(self, node: int, ptis: Iterable[PartitionTopicInfo]) -> None:
+        """Give partitions to the fetch loops of broker ``node`` (started if need be), each
+        to its fetcher id's; to the leader finder when the loops are stopping."""
+        ptis = list(ptis)
+        if self._tg is None:
+            self.add_partitions_with_error(ptis)
+            return
+        by_key: dict[tuple[int, int], list[PartitionTopicInfo]] = {}
+        for pti in ptis:
+            key = (node, fetcher_id_for(pti.tp, self.config.num_consumer_fetchers))
+            by_key.setdefault(key, []).append(pti)
+        for key, group in by_key.items():
+            self._fetcher(key).add_partitions(group)
+
+    def _fetcher(self, key: tuple[int, int]) -> ConsumerFetcher:
+        """The fetch loop of ``(broker, fetcher id)``, started if there is none."""
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            fetcher = self.fetchers[key] = ConsumerFetcher(self, *key)
+            self._tg.start_soon(self._run_fetcher, fetcher)
+        return fetcher
+
+    def _read_from(self, pti: PartitionTopicInfo, leader: int) -> int:
+        """The broker to fetch a partition from: its preferred read replica while that is
+        kept and online in the metadata, else ``leader`` (recorded as its leader); the
+        leader for a partition whose offset is to be reset."""
+        tp = pti.tp
+        self.leaders[tp] = leader
+        if tp not in self.read_replicas:
+            return leader
+        if pti.fetched_offset < 0:
+            self.read_replicas.clear(tp)
+            return leader
+        chosen = self.read_replicas.select(
+            tp, leader, _now_ms(), functools.partial(replica_online, self.kafka, tp)
+        )
+        return chosen.node_id
+
+    def read_replica_statistics(self) -> ReadReplicaStatistics:
+        """A snapshot of the preferred read replicas' counters (KIP-392)."""
+        return self.read_replicas.statistics()
 
     def free_slots(self, queue: asyncio.Queue[Any]) -> int:
         """Chunks a fetch may still bring for a stream: its capacity plus one waiting for
@@ -779,21 +1011,19 @@ class FetcherManager:
                     to_validate.setdefault(leader, {})[pti] = epoch
                     continue
                 pti.leader_epoch = epoch
-                key = (leader, fetcher_id_for(tp, self.config.num_consumer_fetchers))
+                node = self._read_from(pti, leader)
+                key = (node, fetcher_id_for(tp, self.config.num_consumer_fetchers))
                 found.setdefault(key, []).append(pti)
                 del self._no_leader[tp]
             for leader, checks in to_validate.items():
                 for pti in await self._validate_positions(leader, checks):
                     if self._no_leader.pop(pti.tp, None) is None:
                         continue  # removed while the leader was asked
-                    key = (leader, fetcher_id_for(pti.tp, self.config.num_consumer_fetchers))
+                    node = self._read_from(pti, leader)
+                    key = (node, fetcher_id_for(pti.tp, self.config.num_consumer_fetchers))
                     found.setdefault(key, []).append(pti)
             for key, ptis in found.items():
-                fetcher = self.fetchers.get(key)
-                if fetcher is None:
-                    fetcher = self.fetchers[key] = ConsumerFetcher(self, *key)
-                    self._tg.start_soon(self._run_fetcher, fetcher)
-                fetcher.add_partitions(ptis)
+                self._fetcher(key).add_partitions(ptis)
             if not self._no_leader:
                 self._no_leader_event = anyio.Event()
             await anyio.sleep(backoff_s)

@@ -94,6 +94,17 @@ COMMON_BROKER_PROPERTIES: Mapping[str, object] = {
 }
 """``server.properties`` entries shared by both flavours (a single-replica test cluster)."""
 
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+"""The broker's ``replica.selector.class`` that names a replica in the consumer's rack as its
+preferred read replica (KIP-392)."""
+
+
+def rack_properties(rack: str) -> dict[str, str]:
+    """``server.properties`` entries of a broker in ``rack`` that lets consumers fetch from
+    the replica closest to them (``broker.rack`` and the rack-aware replica selector)."""
+    return {"broker.rack": rack, "replica.selector.class": RACK_AWARE_SELECTOR}
+
+
 LinkEndpoint = tuple[str, str, int]
 """A broker's listener for one proxied link: ``(listener name, advertised address, port)``,
 the address being the link's proxy and the port the broker's real listening port."""

@@ -61,7 +61,9 @@ clients), ``_records`` (topics, produce, offsets) and :mod:`aiozkconsumer.testin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
+import json
 import logging
 import re
 import shutil
@@ -202,10 +204,18 @@ class LocalCluster:
             False (default) for none. Needs the ``trustme`` package (the ``test`` extra).
             Prefixed entries in ``broker_properties`` (``listener.name.sasl_ssl.…``) tune
             the secured listeners.
+        broker_racks: a ``broker.rack`` per broker (in broker id order), with the brokers'
+            ``replica.selector.class`` set to Kafka's ``RackAwareReplicaSelector``, so that a
+            consumer sending ``client.rack`` is told to fetch from a replica in its rack
+            (KIP-392); default None: no racks. Topics created then spread their replicas
+            over the racks.
+        request_log: keep each broker's request log (``kafka.request.logger`` at DEBUG):
+            see :attr:`request_log_files` and :meth:`requests_logged`. Default False.
 
     Raises:
         ValueError: if ``brokers < 1``, ``zk_tick_time_ms < 1``, ``startup_timeout_s <= 0``,
-            ``proxy_links < 0`` or ``flavour`` is not ``"zookeeper"`` or ``"kraft"``.
+            ``proxy_links < 0``, ``flavour`` is not ``"zookeeper"`` or ``"kraft"``, or
+            ``broker_racks`` does not name a non-blank rack per broker.
         TypeError: if ``security`` is not one of the above.
     """
 
@@ -222,6 +232,8 @@ class LocalCluster:
         flavour: str = "zookeeper",
         proxy_links: int = 0,
         security: ClusterSecurity | bool | None = None,
+        broker_racks: Sequence[str] | None = None,
+        request_log: bool = False,
     ) -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
@@ -239,6 +251,14 @@ class LocalCluster:
             security = None
         if security is not None and not isinstance(security, ClusterSecurity):
             raise TypeError(f"security must be a bool, a ClusterSecurity or None, got {security!r}")
+        racks = None if broker_racks is None else [str(r) for r in broker_racks]
+        if racks is not None and (len(racks) != brokers or not all(r.strip() for r in racks)):
+            raise ValueError(
+                f"broker_racks must name a non-blank rack for each of the {brokers} brokers, "
+                f"got {broker_racks!r}"
+            )
+        self._racks = racks
+        self._request_log = request_log
         self._broker_count = brokers
         self._cache_dir = cache_dir
         self._given_work_dir = Path(work_dir) if work_dir is not None else None
@@ -535,13 +555,50 @@ class LocalCluster:
         return props
 
     @property
+    def broker_racks(self) -> dict[int, str]:
+        """Broker id -> its ``broker.rack`` (empty when built without ``broker_racks``)."""
+        return dict(enumerate(self._racks or ()))
+
+    @property
     def request_log_files(self) -> dict[int, Path]:
-        """Broker id -> its request log (secured clusters with ``request_log``; else empty).
+        """Broker id -> its request log (``request_log=True``, or secured clusters with
+        ``request_log``; else empty).
 
         One line per completed request, with its principal and listener; read by
-        :meth:`principals_seen`.
+        :meth:`principals_seen` and :meth:`requests_logged`.
         """
         return dict(self._request_logs)
+
+    def requests_logged(self, api_key: int, *, client_id: str | None = None) -> dict[int, int]:
+        """How many requests of one API each broker served, from the brokers' request logs.
+
+        A request is logged just after its response is sent, so one answered a moment ago
+        may not be counted yet.
+
+        Args:
+            api_key: the request's API key (1: Fetch).
+            client_id: only requests with this ``client.id`` in their header (a broker's
+                own replica fetches carry e.g. ``broker-1-fetcher-0``).
+
+        Returns:
+            Broker id -> the number of such requests in its log.
+
+        Raises:
+            LocalClusterError: the cluster was not started with a request log.
+        """
+        if not self._request_logs:
+            raise LocalClusterError("requests_logged needs a started cluster with request_log")
+        head = f'"requestApiKey":{int(api_key)},'
+        client = None if client_id is None else f'"clientId":{json.dumps(client_id)}'
+        counts: dict[int, int] = {}
+        for broker_id, path in self._request_logs.items():
+            n = 0
+            with contextlib.suppress(FileNotFoundError), path.open(encoding="utf-8") as f:
+                for line in f:
+                    if head in line and (client is None or client in line):
+                        n += 1
+            counts[broker_id] = n
+        return counts
 
     def principals_seen(
         self, broker_id: int | None = None, *, listener: str | None = None
@@ -1110,6 +1167,11 @@ class LocalCluster:
         self._work_dir = work = work.resolve()
         logs = work / "logs"
         logs.mkdir(exist_ok=True)
+        if self._request_log:
+            self._request_logs = {
+                broker_id: logs / f"broker-{broker_id}-requests.log"
+                for broker_id in self.broker_ids
+            }
         # KRaft needs one more port: the controller listener of broker 0. Proxied links need,
         # per link, a listener on each broker and a proxy to ZooKeeper and to each broker.
         base = 1 + self._broker_count + (1 if self.kraft else 0)
@@ -1173,7 +1235,7 @@ class LocalCluster:
                 self._link_endpoints(broker_id),
                 f"{HOST}:{zk_port}",
                 broker_dir / "data",
-                self._broker_overrides,
+                self._broker_properties(broker_id),
                 secure_ports=self._secure_ports.get(broker_id),
                 security=self._security_properties(),
             )
@@ -1218,7 +1280,7 @@ class LocalCluster:
                 self._link_endpoints(broker_id),
                 controller,
                 broker_dir / "data",
-                self._broker_overrides,
+                self._broker_properties(broker_id),
                 secure_ports=self._secure_ports.get(broker_id),
                 security=self._security_properties(),
             )
@@ -1266,6 +1328,12 @@ class LocalCluster:
                 broker_id: work / "logs" / f"broker-{broker_id}-requests.log"
                 for broker_id in self.broker_ids
             }
+
+    def _broker_properties(self, broker_id: int) -> dict[str, str]:
+        """The broker's ``server.properties`` beyond the defaults: its rack (``broker_racks``)
+        under the cluster's ``broker_properties``."""
+        racks = _render.rack_properties(self._racks[broker_id]) if self._racks else {}
+        return {**racks, **self._broker_overrides}
 
     def _security_properties(self) -> dict[str, str] | None:
         """The secured listeners' ``server.properties`` entries (None if not secured)."""

@@ -1,0 +1,43 @@
+"""Where a partition's replicas are, from the client's Kafka metadata (for KIP-392).
+
+The fetcher follows a preferred read replica only while the metadata shows it online: a broker
+the last metadata response listed, and one of the partition's replicas (the Java client's
+``Cluster.nodeIfOnline``). aiokafka's ``ClusterMetadata`` keeps each partition's replicas but
+offers no public way to read them; this module is the one place that reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..records import TopicPartition
+
+__all__ = ["metadata_version", "replica_online"]
+
+
+def replica_online(kafka: Any, tp: TopicPartition, node_id: int) -> bool:
+    """Whether ``node_id`` is a live broker holding a replica of ``tp``, per the metadata.
+
+    Args:
+        kafka: a :class:`~aiozkconsumer.cluster.KafkaClient`.
+        tp: the partition.
+        node_id: the broker.
+
+    Returns:
+        ``False`` when the metadata does not list the broker (it is down, or the metadata
+        is older than it), does not know the partition, or does not count the broker among
+        its replicas (reassigned away). Never raises.
+    """
+    cluster = kafka.raw.cluster
+    brokers = getattr(cluster, "_brokers", None) or {}
+    partitions = (getattr(cluster, "_partitions", None) or {}).get(tp.topic) or {}
+    meta = partitions.get(tp.partition)
+    if meta is None or node_id not in brokers:
+        return False
+    return node_id in (meta.replicas or ())
+
+
+def metadata_version(kafka: Any) -> Any:
+    """A value that changes whenever the client's metadata is updated (the time of its
+    last successful update), for callers that look again only when it does."""
+    return getattr(kafka.raw.cluster, "_last_successful_refresh_ms", None)
