@@ -43,8 +43,9 @@ from .interceptors import ConsumerInterceptor, Interceptors
 from .metrics import ConsumerMetrics
 from .offsets import OffsetStore
 from .ownership import OwnershipState
+from .queues import ChunkQueue
 from .records import OwnershipGate, PartitionTopicInfo, RebalanceRecord, TopicPartition
-from .stream import ChunkQueue, Decoder, KafkaStream
+from .stream import Decoder, KafkaStream
 from .subscription import (
     ConsumerThreadId,
     StaticTopicCount,

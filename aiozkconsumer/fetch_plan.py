@@ -8,12 +8,11 @@ fetch loops in ``fetcher.py`` perform what these return.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from .assignors import java_string_hash
+from .queues import ChunkQueue
 from .records import PartitionTopicInfo, TopicPartition
 
 __all__ = ["FetchPlan", "fetcher_id_for", "plan_fetch"]
@@ -45,15 +44,15 @@ class FetchPlan:
 
     fetch: list[PartitionTopicInfo] = field(default_factory=list)
     reset: list[PartitionTopicInfo] = field(default_factory=list)
-    slots: dict[int, tuple[asyncio.Queue[Any], int]] = field(default_factory=dict)
+    slots: dict[int, tuple[ChunkQueue, int]] = field(default_factory=dict)
     max_bytes: int = 0
-    blocked: dict[int, asyncio.Queue[Any]] = field(default_factory=dict)
+    blocked: dict[int, ChunkQueue] = field(default_factory=dict)
 
 
 def plan_fetch(
     partitions: Iterable[PartitionTopicInfo],
     delivering: Container[TopicPartition],
-    free_slots: Callable[[asyncio.Queue[Any]], int],
+    free_slots: Callable[[ChunkQueue], int],
     fetch_max_bytes: int,
 ) -> FetchPlan:
     """Decide the next fetch request of a fetch loop (no I/O).

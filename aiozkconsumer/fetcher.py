@@ -96,6 +96,7 @@ from .kafka.transactions import (
     AbortedTransactions,
     stable_and_aborted,
 )
+from .queues import ChunkQueue, notify_on_room
 from .read_replica import DEFAULT_EXPIRY_MS, ErrorRoute, ReadReplicas, ReadReplicaStatistics
 from .records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
 
@@ -699,9 +700,6 @@ class FetcherManager:
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
         self._tg: Any = None
-        # Per stream queue (by id): slots reserved by fetches in flight, chunks waiting.
-        self._in_flight: dict[int, int] = {}
-        self._waiting: dict[int, int] = {}
 
     @property
     def running(self) -> bool:
@@ -758,8 +756,6 @@ class FetcherManager:
         finally:
             self._tg = None
             self.fetchers = {}
-            self._in_flight = {}
-            self._waiting = {}
             done.set()
 
     async def stop_connections(self) -> None:
@@ -872,82 +868,33 @@ class FetcherManager:
         """A snapshot of the preferred read replicas' counters (KIP-392)."""
         return self.read_replicas.statistics()
 
-    def free_slots(self, queue: asyncio.Queue[Any]) -> int:
-        """Chunks a fetch may still bring for a stream: its capacity plus one waiting for
-        room, less the chunks queued, waiting and reserved by fetches in flight."""
-        key = id(queue)
-        return (
-            queue.maxsize
-            + 1
-            - queue.qsize()
-            - self._waiting.get(key, 0)
-            - self._in_flight.get(key, 0)
-        )
+    @staticmethod
+    def free_slots(queue: ChunkQueue) -> int:
+        """Chunks a fetch may still bring for a stream (:meth:`ChunkQueue.free_slots`)."""
+        return queue.free_slots()
 
     @contextlib.contextmanager
-    def reserve(self, slots: Iterable[tuple[asyncio.Queue[Any], int]]) -> Any:
+    def reserve(self, slots: Iterable[tuple[ChunkQueue, int]]) -> Any:
         """Hold queue slots for a fetch in flight (released when its chunks are handed over,
         or the fetch failed or was cancelled)."""
-        held = [(id(q), n) for q, n in slots]
-        for key, n in held:
-            self._in_flight[key] = self._in_flight.get(key, 0) + n
+        held = list(slots)
+        for queue, n in held:
+            queue.reserved += n
         try:
             yield
         finally:
-            for key, n in held:
-                left = self._in_flight.get(key, 0) - n
-                if left > 0:
-                    self._in_flight[key] = left
-                else:
-                    self._in_flight.pop(key, None)
+            for queue, n in held:
+                queue.reserved = max(0, queue.reserved - n)
 
-    def waiting_chunk(self, queue: asyncio.Queue[Any], delta: int) -> None:
+    @staticmethod
+    def waiting_chunk(queue: ChunkQueue, delta: int) -> None:
         """Count a chunk starting (+1) or ending (-1) its wait for room in ``queue``."""
-        key = id(queue)
-        n = self._waiting.get(key, 0) + delta
-        if n > 0:
-            self._waiting[key] = n
-        else:
-            self._waiting.pop(key, None)
+        queue.waiting = max(0, queue.waiting + delta)
 
-    @contextlib.contextmanager
-    def notify_on_room(self, queues: Iterable[asyncio.Queue[Any]], event: anyio.Event) -> Any:
-        """Set ``event`` when a reader takes a chunk from one of ``queues`` (while inside).
-
-        asyncio's queue has no public "wait until not full": this registers a waiter as its
-        own ``put`` does (a future in ``_putters``; ``get`` wakes the first). A get wakes one
-        waiter only, so a woken one passes the wake-up on to the next (a chunk waiting in
-        ``put`` must not miss it), and one left unused is taken out again.
-        """
-        loop = asyncio.get_running_loop()
-        registered: list[tuple[Any, asyncio.Future[None]]] = []
-
-        def woken(fut: asyncio.Future[None], putters: Any) -> None:
-            event.set()
-            if fut.cancelled():
-                return
-            while putters:
-                waiter = putters.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)
-                    break
-
-        for queue in queues:
-            putters = getattr(queue, "_putters", None)
-            if putters is None:  # pragma: no cover - another Queue implementation
-                continue
-            fut: asyncio.Future[None] = loop.create_future()
-            fut.add_done_callback(functools.partial(woken, putters=putters))
-            putters.append(fut)
-            registered.append((putters, fut))
-        try:
-            yield
-        finally:
-            for putters, fut in registered:
-                if not fut.done():
-                    fut.cancel()
-                with contextlib.suppress(ValueError):
-                    putters.remove(fut)
+    @staticmethod
+    def notify_on_room(queues: Iterable[ChunkQueue], event: anyio.Event) -> Any:
+        """Set ``event`` when a reader takes a chunk from one of ``queues`` (while inside)."""
+        return notify_on_room(queues, event)
 
     def spawn(self, fn: Any, *args: Any) -> None:
         """Run a task owned by the fetchers' task group (cancelled with them)."""

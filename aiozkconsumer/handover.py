@@ -43,8 +43,8 @@ from .fetcher import FetcherManager
 from .metrics import ConsumerMetrics
 from .offsets import OffsetStore
 from .ownership import OwnershipState, call_listener, partition_info, partitions_by_topic
+from .queues import ChunkQueue
 from .records import PartitionTopicInfo, RebalanceRecord, TopicPartition
-from .stream import ChunkQueue
 from .subscription import ConsumerThreadId, TopicCount
 
 __all__ = ["Coordinator", "Handover", "Lap", "MemberParts", "ReleaseStep", "StreamView"]

@@ -23,8 +23,8 @@ from types import MappingProxyType
 from .config import ConsumerConfig
 from .errors import ConsumerError
 from .metrics import ConsumerMetrics
+from .queues import SHUTDOWN_COMMAND, ChunkQueue
 from .records import OwnershipGate, PartitionTopicInfo, TopicPartition
-from .stream import SHUTDOWN_COMMAND, ChunkQueue
 from .subscription import ConsumerThreadId
 
 __all__ = ["OwnershipState", "call_listener", "partition_info", "partitions_by_topic"]

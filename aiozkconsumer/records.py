@@ -12,9 +12,12 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .epochs import NO_EPOCH, EpochMarks
+
+if TYPE_CHECKING:
+    from .queues import ChunkQueue
 
 __all__ = [
     "HISTORY_LIMIT",
@@ -166,7 +169,7 @@ class PartitionTopicInfo:
 
     topic: str
     partition: int
-    queue: asyncio.Queue[Any]
+    queue: ChunkQueue
     consumed_offset: int
     fetched_offset: int
     fetch_size: int

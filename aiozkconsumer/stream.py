@@ -17,7 +17,7 @@ import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from time import monotonic as _monotonic
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     ConsumerTimeoutError,
@@ -28,6 +28,7 @@ from .errors import (
 from .interceptors import Interceptors
 from .kafka import native
 from .kafka.native import NativeBatch
+from .queues import SHUTDOWN_COMMAND, ChunkQueue, _ShutdownCommand
 from .records import FetchedDataChunk, MessageAndMetadata, PartitionTopicInfo
 
 if TYPE_CHECKING:
@@ -43,20 +44,6 @@ __all__ = [
     "InterceptingIterator",
     "KafkaStream",
 ]
-
-
-class _ShutdownCommand:
-    """The sentinel put into every queue on shutdown (the original's ``shutdownCommand``)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "SHUTDOWN_COMMAND"
-
-
-SHUTDOWN_COMMAND: Final = _ShutdownCommand()
-
-ChunkQueue = asyncio.Queue[FetchedDataChunk | _ShutdownCommand]
 
 
 Decoder = Callable[[bytes], Any]

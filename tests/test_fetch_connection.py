@@ -44,6 +44,7 @@ from aiozkconsumer.kafka.fetch_connection import (
     FetchConnection,
     FetchResponseParser,
 )
+from aiozkconsumer.queues import ChunkQueue
 from aiozkconsumer.records import PartitionTopicInfo, TopicPartition
 from aiozkconsumer.security import KafkaSecurity
 from aiozkconsumer.testing import LocalCluster
@@ -175,14 +176,14 @@ def test_unparsed_versions_are_refused(version: int) -> None:
 
 
 def _pti(
-    partition: int, queue: asyncio.Queue[Any], offset: int = 0, size: int = 1000
+    partition: int, queue: ChunkQueue, offset: int = 0, size: int = 1000
 ) -> PartitionTopicInfo:
     return PartitionTopicInfo("t", partition, queue, offset, offset, size, "test")
 
 
 def test_the_plan_caps_the_response_at_the_free_slots() -> None:
-    q1: asyncio.Queue[Any] = asyncio.Queue(2)
-    q2: asyncio.Queue[Any] = asyncio.Queue(2)
+    q1: ChunkQueue = ChunkQueue(2)
+    q2: ChunkQueue = ChunkQueue(2)
     ptis = [_pti(p, q1) for p in range(4)] + [_pti(4, q2)]
     free = {id(q1): 1, id(q2): 3}
     plan = plan_fetch(ptis, set(), lambda q: free[id(q)], 50_000_000)
@@ -195,8 +196,8 @@ def test_the_plan_caps_the_response_at_the_free_slots() -> None:
 
 
 def test_a_full_stream_is_left_out_and_others_go_on() -> None:
-    full: asyncio.Queue[Any] = asyncio.Queue(1)
-    other: asyncio.Queue[Any] = asyncio.Queue(1)
+    full: ChunkQueue = ChunkQueue(1)
+    other: ChunkQueue = ChunkQueue(1)
     ptis = [_pti(0, full), _pti(1, other), _pti(2, other, offset=-1), _pti(3, other)]
     free = {id(full): 0, id(other): 2}
     plan = plan_fetch(ptis, {TopicPartition("t", 3)}, lambda q: free[id(q)], 1500)
@@ -207,7 +208,7 @@ def test_a_full_stream_is_left_out_and_others_go_on() -> None:
 
 
 def test_nothing_to_fetch_when_every_stream_is_full() -> None:
-    q: asyncio.Queue[Any] = asyncio.Queue(1)
+    q: ChunkQueue = ChunkQueue(1)
     plan = plan_fetch([_pti(0, q), _pti(1, q)], set(), lambda _q: 0, 1 << 20)
     assert plan.fetch == [] and list(plan.blocked.values()) == [q]
 
@@ -221,7 +222,7 @@ def test_a_cut_batch_is_not_too_large() -> None:
 
 async def test_room_in_a_queue_wakes_the_fetcher_and_a_waiting_put() -> None:
     manager = FetcherManager(None, ConsumerConfig(group_id="g", zookeeper_connect="x:1"))  # type: ignore[arg-type]
-    queue: asyncio.Queue[Any] = asyncio.Queue(1)
+    queue: ChunkQueue = ChunkQueue(1)
     queue.put_nowait("a")
     event = anyio.Event()
     with manager.notify_on_room([queue], event):
@@ -232,7 +233,7 @@ async def test_room_in_a_queue_wakes_the_fetcher_and_a_waiting_put() -> None:
         # The get woke our waiter first; the waiting put must not have missed its turn.
         await asyncio.wait_for(put, 5)
     assert queue.get_nowait() == "b"
-    assert not queue._putters  # type: ignore[attr-defined]
+    assert queue.room_listeners == 0  # the listener left with the block
 
 
 # -- against real brokers -----------------------------------------------------------------
@@ -390,7 +391,7 @@ async def test_an_unread_stream_holds_its_budget_however_many_partitions_feed_it
         fetch_message_max_bytes=4000,
         queued_max_message_chunks=1,
     )
-    queue: asyncio.Queue[Any] = asyncio.Queue(1)
+    queue: ChunkQueue = ChunkQueue(1)
     ptis = [
         PartitionTopicInfo(topic, p, queue, 0, 0, config.fetch_message_max_bytes, "t")
         for p in range(6)

@@ -17,6 +17,7 @@ import pytest
 from aiozkconsumer import ConsumerConfig
 from aiozkconsumer.cluster import KafkaClient
 from aiozkconsumer.fetcher import FetcherManager
+from aiozkconsumer.queues import ChunkQueue
 from aiozkconsumer.records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
 from aiozkconsumer.testing import LocalCluster
 
@@ -33,7 +34,7 @@ BATCHES = 8
 WAIT_S = 60.0
 
 
-class WatchedQueue(asyncio.Queue[Any]):
+class WatchedQueue(ChunkQueue):
     """A stream's chunk queue that reports when a put finds it full and has to wait.
 
     The fetcher puts with ``put_nowait`` and, when the queue is full, leaves the chunk to a
@@ -54,7 +55,7 @@ def batch_records(partition: int, first: int) -> list[tuple[bytes | None, bytes]
     return [(b"%d-%d" % (partition, first + i), VALUE) for i in range(RECORDS_PER_BATCH)]
 
 
-async def drain(queue: asyncio.Queue[Any], start: int, end: int) -> list[FetchedDataChunk]:
+async def drain(queue: ChunkQueue, start: int, end: int) -> list[FetchedDataChunk]:
     """Take chunks until the partition's records ``start .. end - 1`` went by, in order."""
     chunks: list[FetchedDataChunk] = []
     offset = start
@@ -106,7 +107,7 @@ async def test_a_full_stream_holds_only_its_partition_and_resumes_when_read(
     bound = config.queued_max_message_chunks
     queue_a, queue_b = WatchedQueue(bound), WatchedQueue(bound)
 
-    def partition_info(partition: int, queue: asyncio.Queue[Any]) -> PartitionTopicInfo:
+    def partition_info(partition: int, queue: ChunkQueue) -> PartitionTopicInfo:
         return PartitionTopicInfo(
             topic, partition, queue, 0, 0, config.fetch_message_max_bytes, "test-fetcher"
         )

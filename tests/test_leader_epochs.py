@@ -28,6 +28,7 @@ from aiozkconsumer.fetcher import FetcherManager
 from aiozkconsumer.kafka.channel import OffsetsChannel
 from aiozkconsumer.kafka.leader_epoch import LeaderAndEpoch, leaders_and_epochs
 from aiozkconsumer.offsets.kafka_store import KafkaOffsetStore
+from aiozkconsumer.queues import ChunkQueue
 from aiozkconsumer.records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
 from aiozkconsumer.testing import LocalCluster
 
@@ -99,7 +100,7 @@ async def leader_of(kafka: KafkaClient, tp: TopicPartition, ask: int | None = No
         await anyio.sleep(0.2)
 
 
-async def take_until(queue: asyncio.Queue[Any], end: int) -> list[FetchedDataChunk]:
+async def take_until(queue: ChunkQueue, end: int) -> list[FetchedDataChunk]:
     """Chunks until one ends at ``end`` or beyond."""
     chunks: list[FetchedDataChunk] = []
     while True:
@@ -110,7 +111,7 @@ async def take_until(queue: asyncio.Queue[Any], end: int) -> list[FetchedDataChu
             return chunks
 
 
-def partition_info(tp: TopicPartition, queue: asyncio.Queue[Any]) -> PartitionTopicInfo:
+def partition_info(tp: TopicPartition, queue: ChunkQueue) -> PartitionTopicInfo:
     return PartitionTopicInfo(tp.topic, tp.partition, queue, 0, 0, 1 << 20, "test-epochs")
 
 
@@ -130,7 +131,7 @@ async def test_an_unclean_leader_election_is_detected_and_the_position_reset(
     await cluster.produce(tp.topic, records("both", BEFORE), partition=0)
 
     config = ConsumerConfig(group_id="epochs", zookeeper_connect=cluster.zookeeper_connect)
-    queue: asyncio.Queue[Any] = asyncio.Queue(100)
+    queue: ChunkQueue = ChunkQueue(100)
     pti = partition_info(tp, queue)
     manager = FetcherManager(kafka, config)
     with anyio.fail_after(WAIT_S):
@@ -218,7 +219,7 @@ async def test_a_fetch_at_a_stale_leader_epoch_is_fenced_and_recovers(
 
     monkeypatch.setattr(fetcher, "leaders_and_epochs", stale_first)
     config = ConsumerConfig(group_id="epochs", zookeeper_connect=cluster.zookeeper_connect)
-    queue: asyncio.Queue[Any] = asyncio.Queue(100)
+    queue: ChunkQueue = ChunkQueue(100)
     pti = partition_info(tp, queue)
     manager = FetcherManager(kafka, config)
     with anyio.fail_after(WAIT_S):
@@ -246,7 +247,7 @@ async def test_commits_carry_the_leader_epoch_of_the_offset(
     async def getter() -> KafkaClient:
         return kafka
 
-    pti = partition_info(tp, asyncio.Queue())
+    pti = partition_info(tp, ChunkQueue())
     pti.epochs.add([(0, 3), (10, 5)])  # as the fetcher records them from batch headers
 
     def epochs(offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:

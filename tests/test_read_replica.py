@@ -8,7 +8,6 @@ move a partition to the loop of the broker the rules choose, with its position u
 
 from __future__ import annotations
 
-import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from aiozkconsumer import ConsumerConfig, fetcher
 from aiozkconsumer.fetcher import ConsumerFetcher, FetcherManager
 from aiozkconsumer.kafka.fetch_response import FetchResponse
+from aiozkconsumer.queues import ChunkQueue
 from aiozkconsumer.read_replica import (
     CLEARING_ERRORS,
     OFFSET_OUT_OF_RANGE,
@@ -193,7 +193,7 @@ def _manager(rack: str | None = "r2") -> FetcherManager:
 
 
 def _info(tp: TopicPartition = TP, offset: int = 5) -> PartitionTopicInfo:
-    queue: asyncio.Queue[Any] = asyncio.Queue(4)
+    queue: ChunkQueue = ChunkQueue(4)
     return PartitionTopicInfo(tp.topic, tp.partition, queue, offset, offset, 1 << 20, "c")
 
 

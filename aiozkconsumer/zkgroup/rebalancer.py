@@ -75,7 +75,7 @@ from .phases import PHASES, PhaseClock, RebalancePhases
 from .view import ViewReader
 
 if TYPE_CHECKING:
-    from ..stream import ChunkQueue
+    from ..queues import ChunkQueue
 
 __all__ = [
     "HISTORY_LIMIT",
