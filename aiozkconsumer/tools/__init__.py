@@ -1,7 +1,8 @@
 """The old consumer's command-line tools, as an async library (Kafka 0.10.2.1, ``kafka.tools``).
 
 The ``aiozkconsumer`` command line (``aiozkconsumer.cli``) is a thin layer over this package,
-which does the work and can be used and tested on its own. Six modules, one idea each:
+which does the work and can be used and tested on its own. Six modules, one idea each (the
+two largest are packages split by job, their pure parts apart):
 
 - :mod:`aiozkconsumer.tools.admin`: :class:`GroupAdmin`, one ZooKeeper session and one
   :class:`~aiozkconsumer.cluster.ClusterView` for the group tools: list, describe (offsets,
@@ -9,7 +10,9 @@ which does the work and can be used and tested on its own. Six modules, one idea
   checker's view (``ConsumerOffsetChecker``), offset export / import / update
   (``ExportZkOffsets``, ``ImportZkOffsets``, ``UpdateOffsetsInZK``), the offsets reset of
   ``kafka-consumer-groups.sh --reset-offsets`` and the rebalance check
-  (``VerifyConsumerRebalance``, its rules in the pure :func:`check_ownership`).
+  (``VerifyConsumerRebalance``, its rules in the pure :func:`check_ownership`). One module
+  a job: session, describe, offsets, reset, delete; the pure decisions in
+  :mod:`aiozkconsumer.tools.admin.judges`.
 - :mod:`aiozkconsumer.tools.reset`: the offsets reset's pure planning: which partitions
   (:func:`select_partitions`), the new offset per mode and the clamp to the log
   (:func:`plan_reset`), and its arguments (:func:`parse_topic_partitions`,
@@ -22,7 +25,8 @@ which does the work and can be used and tested on its own. Six modules, one idea
   has live members; what it copies is the pure :func:`plan_migration`'s decision.
 - :mod:`aiozkconsumer.tools.console`: :class:`ConsoleConsumer`, the console consumer of the
   old mode (``ConsoleConsumer --zookeeper``), with :class:`MessageFormatter` as its
-  ``DefaultMessageFormatter`` and :func:`parse_properties` for ``.properties`` files.
+  ``DefaultMessageFormatter`` and :func:`parse_properties` for ``.properties`` files. One
+  module a job: formatters, sinks, the consumer loops, and their pure rules.
 - :mod:`aiozkconsumer.tools.offsets_file`: the offsets file formats (pure): ``ExportZkOffsets``'
   (:func:`parse_offsets_file`, :func:`format_offsets_file`) and ``kafka-consumer-groups``' CSV
   (:func:`parse_offsets_csv`, :func:`format_offsets_csv`), told apart by
