@@ -6,31 +6,44 @@ underscores and the original defaults. Values are checked once, at construction,
 failure is an :class:`~aiozkconsumer.errors.InvalidConfigError` naming the dotted key.
 :meth:`ConsumerConfig.from_properties` reads the original dotted keys with string values, as a
 ``consumer.properties`` file holds them; :meth:`ConsumerConfig.to_properties` is its inverse.
+
+This module declares the keys (the dataclass, its defaults and the ``Attributes:`` reference
+``docs/configuration.md`` is generated from) and the values derived from them; the rules live
+apart, each one job and pure: :mod:`aiozkconsumer.config_keys` (dotted keys and attributes,
+aliases, secrets, reading a properties mapping), :mod:`aiozkconsumer.config_rules` (each value's
+type, range and syntax, the rules tying keys together, the validators the CLI shares) and
+:mod:`aiozkconsumer.config_security` (the security keys).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
-import re
-import types
 import typing
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from aiozkconsumer.config_security import (
-    check_choice as _check_choice,
+from aiozkconsumer.config_keys import (
+    OBJECT_FIELDS,
+    SECRET_FIELDS,
+    UnknownConfigWarning,
+    closest_key,
+    field_kinds,
+    kwargs_from_properties,
+    properties_of,
+    reject_unknown_keywords,
 )
-from aiozkconsumer.config_security import (
-    check_kafka_security,
-    check_zookeeper_security,
+from aiozkconsumer.config_keys import REDACTED as REDACTED
+from aiozkconsumer.config_keys import SECRET_KEYS as SECRET_KEYS
+from aiozkconsumer.config_rules import (
+    check_type,
+    check_values,
+    validate_bootstrap_servers,
+    validate_group_id,
+    validate_zookeeper_connect,
 )
-from aiozkconsumer.config_security import (
-    pem_store as _pem_store,
-)
+from aiozkconsumer.config_security import check_kafka_security, check_zookeeper_security
 from aiozkconsumer.errors import InvalidConfigError
 
 if typing.TYPE_CHECKING:
@@ -46,83 +59,6 @@ __all__ = [
     "validate_group_id",
     "validate_zookeeper_connect",
 ]
-
-_INT32_MIN = -(2**31)
-_INT32_MAX = 2**31 - 1
-
-# As kafka.common.Config.validateChars (0.10.2), minus the empty string (see ConsumerConfig).
-_LEGAL_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
-_LEGAL_CHARS_TEXT = "ASCII alphanumerics, '.', '_' and '-'"
-_INT_TEXT = re.compile(r"[+-]?[0-9]+")
-_HOSTNAME = re.compile(r"[A-Za-z0-9._-]+")
-_IPV6_LITERAL = re.compile(r"\[[0-9A-Fa-f:.]+\]")
-
-_AUTO_OFFSET_RESET_VALUES = ("smallest", "largest")
-_OFFSETS_STORAGE_VALUES = ("zookeeper", "kafka")
-_ASSIGNMENT_STRATEGY_VALUES = ("range", "roundrobin")
-_CLUSTER_METADATA_SOURCE_VALUES = ("auto", "zookeeper", "kafka")
-_GROUP_COORDINATOR_VALUES = ("zookeeper", "kafka")
-_CRC_ERROR_ACTION_VALUES = ("raise", "skip")
-_GROUP_PROTOCOL_VALUES = ("classic", "consumer")
-_GROUP_REMOTE_ASSIGNOR_VALUES = ("uniform", "range")
-# Keys of the classic protocol the consumer protocol (KIP-848) does not use: the broker decides
-# the assignment, the session timeout and the heartbeat interval. As the Java client (4.x),
-# setting one of them with group.protocol=consumer is a config error; here "set" means "set
-# to anything but its default" (a default cannot be told apart from a value given).
-_CLASSIC_PROTOCOL_ONLY = (
-    ("partition_assignment_strategy", "range"),
-    ("session_timeout_ms", 45000),
-    ("heartbeat_interval_ms", 3000),
-)
-# The Java KafkaConsumer's names for auto.offset.reset, accepted with group.coordinator=kafka.
-_NEW_CONSUMER_RESETS = {"earliest": "smallest", "latest": "largest"}
-# Keys of the Java KafkaConsumer that name an existing property of this consumer.
-_KEY_ALIASES = {
-    "enable.auto.commit": "auto.commit.enable",
-    # The Java client's PEM spellings (ssl.truststore.type=PEM, ssl.keystore.type=PEM) and
-    # KIP-1139's names of the OAuth client credentials.
-    "ssl.key.password": "ssl.password",
-    "sasl.oauthbearer.client.credentials.client.id": "sasl.oauthbearer.client.id",
-    "sasl.oauthbearer.client.credentials.client.secret": "sasl.oauthbearer.client.secret",
-}
-# Java client keys whose value is a file in a format named by a *.type key: PEM files are read
-# here as they are (ssl.cafile / ssl.certfile); JKS and PKCS12 stores are refused with advice.
-_STORE_KEYS = {
-    "ssl.truststore.location": ("ssl.truststore.type", "ssl_cafile"),
-    "ssl.keystore.location": ("ssl.keystore.type", "ssl_certfile"),
-    "zookeeper.ssl.truststore.location": ("zookeeper.ssl.truststore.type", "zookeeper_ssl_cafile"),
-    "zookeeper.ssl.keystore.location": ("zookeeper.ssl.keystore.type", "zookeeper_ssl_certfile"),
-}
-_STORE_TYPE_KEYS = {
-    "ssl.truststore.type",
-    "ssl.keystore.type",
-    "zookeeper.ssl.truststore.type",
-    "zookeeper.ssl.keystore.type",
-}
-_ISOLATION_LEVEL_VALUES = ("read_uncommitted", "read_committed")
-SECRET_KEYS = frozenset(
-    {
-        "ssl.password",
-        "sasl.password",
-        "sasl.jaas.config",
-        "sasl.oauthbearer.client.secret",
-        "zookeeper.auth",
-        "zookeeper.ssl.password",
-    }
-)
-"""Dotted keys whose values are secrets: never in ``repr``, errors, logs or ``describe``."""
-REDACTED = "[hidden]"
-"""What stands in for a secret's value wherever a config is shown."""
-# Attributes that hold objects given from code, never read from a properties file.
-_OBJECT_FIELDS = ("ssl_context", "sasl_oauthbearer_token_provider")
-
-
-class UnknownConfigWarning(UserWarning):
-    """:meth:`ConsumerConfig.from_properties` was given keys it does not know; they are ignored.
-
-    As the original's ``VerifiableProperties.verify()``, which only logged
-    "Property X is not valid" and went on.
-    """
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -341,7 +277,15 @@ class ConsumerConfig:
             last stable offset, and ``auto.offset.reset=largest`` starts there. The Spark
             source also takes it as ``kafka.isolation.level``.
         client_rack: ``client.rack``, the Java client's, default ``None``: the rack this
-            consumer runs in.
+            consumer runs in, sent with every fetch (Fetch v11+, KIP-392). Brokers with a
+            ``replica.selector.class`` (e.g. Kafka's ``RackAwareReplicaSelector`` and a
+            ``broker.rack`` each) then name a replica in this rack as a partition's preferred
+            read replica, and the partition is fetched from it, as by the Java client: for
+            ``metadata.max.age.ms`` (5 minutes) before asking the leader again, and from the
+            leader at once when the replica leaves the metadata or answers with an error
+            (``OFFSET_OUT_OF_RANGE`` from it is retried at the leader, not reset). Without
+            it, or with brokers that name no replica, every partition is fetched from its
+            leader.
         zookeeper_auth: ``zookeeper.auth``, new, default ``None``: ``scheme:credentials``
             sent to ZooKeeper after every connect (``digest:user:password``, as kazoo's
             ``auth_data``). A secret.
@@ -447,9 +391,9 @@ class ConsumerConfig:
         parts = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value is not None and f.name in _SECRET_FIELDS:
+            if value is not None and f.name in SECRET_FIELDS:
                 parts.append(f"{f.name}={REDACTED!r}")
-            elif value is not None and f.name in _OBJECT_FIELDS:
+            elif value is not None and f.name in OBJECT_FIELDS:
                 parts.append(f"{f.name}=<{type(value).__name__}>")
             else:
                 parts.append(f"{f.name}={value!r}")
@@ -457,96 +401,8 @@ class ConsumerConfig:
 
     def __post_init__(self) -> None:
         for name, (kind, optional) in _FIELD_KINDS.items():
-            _check_type(name, getattr(self, name), kind, optional)
-        # The original lower-cases offsets.storage (ConsumerConfig.scala) and nothing else.
-        object.__setattr__(self, "offsets_storage", self.offsets_storage.lower())
-
-        validate_group_id(self.group_id)
-        if self.consumer_id is not None:
-            _check_legal_chars("consumer.id", self.consumer_id)
-        if self.client_id is not None:
-            _check_legal_chars("client.id", self.client_id)
-        _check_choice("group.coordinator", self.group_coordinator, _GROUP_COORDINATOR_VALUES)
-        self._check_group_protocol()
-        if self.group_coordinator == "kafka":
-            self._check_kafka_coordinated()
-        elif self.zookeeper_connect is None:
-            raise InvalidConfigError(
-                "zookeeper.connect",
-                "missing required property (group.coordinator=zookeeper); set it, or "
-                "group.coordinator=kafka with bootstrap.servers for a Kafka-coordinated group",
-            )
-        if self.zookeeper_connect is not None:
-            validate_zookeeper_connect(self.zookeeper_connect)
-        if self.bootstrap_servers is not None:
-            validate_bootstrap_servers(self.bootstrap_servers)
-        _check_range("session.timeout.ms", self.session_timeout_ms, 1)
-        _check_range("heartbeat.interval.ms", self.heartbeat_interval_ms, 1)
-        _check_range("max.poll.interval.ms", self.max_poll_interval_ms, 1)
-        if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise InvalidConfigError(
-                "heartbeat.interval.ms",
-                f"must be below session.timeout.ms ({self.session_timeout_ms}), got "
-                f"{self.heartbeat_interval_ms}",
-            )
-        if self.interceptor_classes is not None:
-            for name in self.interceptor_classes.split(","):
-                if not re.fullmatch(r"\s*[A-Za-z_][\w.]*([:.][A-Za-z_]\w*)\s*", name):
-                    raise InvalidConfigError(
-                        "interceptor.classes",
-                        f"{name.strip()!r} is not a module:Class or module.Class name",
-                    )
-
-        # Durations that pace an unbounded loop or bound a wait must be > 0; the rebalance
-        # backoff may be 0 since rebalance.max.retries bounds that loop.
-        _check_range("zookeeper.session.timeout.ms", self.zookeeper_session_timeout_ms, 1)
-        if self.zookeeper_connection_timeout_ms is not None:
-            _check_range("zookeeper.connection.timeout.ms", self.zookeeper_connection_timeout_ms, 1)
-        _check_range("zookeeper.sync.time.ms", self.zookeeper_sync_time_ms, 0)
-        _check_range("socket.timeout.ms", self.socket_timeout_ms, 1)
-        if self.socket_receive_buffer_bytes != -1:
-            _check_range(
-                "socket.receive.buffer.bytes",
-                self.socket_receive_buffer_bytes,
-                1,
-                extra=" (or -1 for the operating system's default)",
-            )
-        _check_range("fetch.message.max.bytes", self.fetch_message_max_bytes, 1)
-        _check_range("fetch.max.bytes", self.fetch_max_bytes, 1)
-        _check_range("fetch.min.bytes", self.fetch_min_bytes, 1)
-        _check_range("fetch.wait.max.ms", self.fetch_wait_max_ms, 1)
-        _check_range("num.consumer.fetchers", self.num_consumer_fetchers, 1)
-        _check_range("auto.commit.interval.ms", self.auto_commit_interval_ms, 1)
-        _check_range("queued.max.message.chunks", self.queued_max_message_chunks, 1)
-        _check_range("rebalance.max.retries", self.rebalance_max_retries, 1)
-        if self.rebalance_backoff_ms is not None:
-            _check_range("rebalance.backoff.ms", self.rebalance_backoff_ms, 0)
-        _check_range("refresh.leader.backoff.ms", self.refresh_leader_backoff_ms, 1)
-        _check_range(
-            "consumer.timeout.ms",
-            self.consumer_timeout_ms,
-            -1,
-            extra=" (-1 waits forever; any value below -1 is a mistake)",
-        )
-        _check_range("offsets.channel.backoff.ms", self.offsets_channel_backoff_ms, 1)
-        _check_range("offsets.channel.socket.timeout.ms", self.offsets_channel_socket_timeout_ms, 1)
-        _check_range("offsets.commit.max.retries", self.offsets_commit_max_retries, 0)
-
-        _check_choice("auto.offset.reset", self.auto_offset_reset, _AUTO_OFFSET_RESET_VALUES)
-        _check_choice("offsets.storage", self.offsets_storage, _OFFSETS_STORAGE_VALUES)
-        _check_choice(
-            "partition.assignment.strategy",
-            self.partition_assignment_strategy,
-            _ASSIGNMENT_STRATEGY_VALUES,
-        )
-        _check_choice(
-            "cluster.metadata.source",
-            self.cluster_metadata_source,
-            _CLUSTER_METADATA_SOURCE_VALUES,
-        )
-        _check_choice("crc.error.action", self.crc_error_action, _CRC_ERROR_ACTION_VALUES)
-        _check_choice("isolation.level", self.isolation_level, _ISOLATION_LEVEL_VALUES)
-        _check_range("reconnect.backoff.max.ms", self.reconnect_backoff_max_ms, 1)
+            check_type(name, getattr(self, name), kind, optional)
+        check_values(self)
         if self.client_rack is not None and not self.client_rack.strip():
             raise InvalidConfigError("client.rack", "must not be blank (leave it unset instead)")
         check_kafka_security(self)
@@ -570,67 +426,10 @@ class ConsumerConfig:
         """Whether ``isolation.level`` is ``read_committed``."""
         return self.isolation_level == "read_committed"
 
-    def _check_group_protocol(self) -> None:
-        """The rules of ``group.protocol`` and ``group.remote.assignor`` (at construction)."""
-        _check_choice("group.protocol", self.group_protocol, _GROUP_PROTOCOL_VALUES)
-        if self.group_remote_assignor is not None:
-            _check_choice(
-                "group.remote.assignor", self.group_remote_assignor, _GROUP_REMOTE_ASSIGNOR_VALUES
-            )
-        if self.group_protocol == "classic":
-            if self.group_remote_assignor is not None:
-                raise InvalidConfigError(
-                    "group.remote.assignor",
-                    "only used with group.protocol=consumer (the broker assigns); the classic "
-                    "protocol's assignor is partition.assignment.strategy",
-                )
-            return
-        if self.group_coordinator != "kafka":
-            raise InvalidConfigError(
-                "group.protocol",
-                "group.protocol=consumer needs group.coordinator=kafka (and a Kafka 4.x "
-                "broker); a ZooKeeper-coordinated group has no group protocol",
-            )
-        for name, default in _CLASSIC_PROTOCOL_ONLY:
-            if getattr(self, name) != default:
-                raise InvalidConfigError(
-                    name.replace("_", "."),
-                    f"not used with group.protocol=consumer (the broker decides it: "
-                    f"group.remote.assignor, group.consumer.session.timeout.ms, "
-                    f"group.consumer.heartbeat.interval.ms); leave it unset, got "
-                    f"{getattr(self, name)!r}",
-                )
-
     @property
     def consumer_protocol(self) -> bool:
         """Whether the group uses the KIP-848 consumer protocol (``group.protocol=consumer``)."""
         return self.group_protocol == "consumer"
-
-    def _check_kafka_coordinated(self) -> None:
-        """The rules of ``group.coordinator=kafka`` (at construction)."""
-        if not self.bootstrap_servers:
-            raise InvalidConfigError(
-                "bootstrap.servers",
-                "missing required property (group.coordinator=kafka: the group is coordinated "
-                "by a broker, found through bootstrap.servers)",
-            )
-        if self.dual_commit_enabled:
-            raise InvalidConfigError(
-                "dual.commit.enabled",
-                "a Kafka-coordinated group (group.coordinator=kafka) stores its offsets in "
-                "Kafka only; dual commit needs ZooKeeper offsets",
-            )
-        if self.cluster_metadata_source == "zookeeper":
-            raise InvalidConfigError(
-                "cluster.metadata.source",
-                "a Kafka-coordinated group (group.coordinator=kafka) reads metadata from Kafka",
-            )
-        reset = _NEW_CONSUMER_RESETS.get(self.auto_offset_reset)
-        if reset is not None:
-            object.__setattr__(self, "auto_offset_reset", reset)
-        object.__setattr__(self, "offsets_storage", "kafka")
-        object.__setattr__(self, "dual_commit_enabled", False)
-        object.__setattr__(self, "cluster_metadata_source", "kafka")
 
     @property
     def kafka_coordinated(self) -> bool:
@@ -719,44 +518,7 @@ class ConsumerConfig:
                 (JVM-only keys such as ``kafka.metrics.reporters`` included); those keys
                 are ignored.
         """
-        kinds = _FIELD_KINDS
-        kwargs: dict[str, Any] = {}
-        unknown: list[str] = []
-        for key, value in props.items():
-            if isinstance(key, str):
-                key = _KEY_ALIASES.get(key, key)
-            if key in _STORE_TYPE_KEYS:
-                continue  # read with its store's location below
-            if key == "sasl.oauthbearer.token.provider":
-                if value is not None:
-                    kwargs["sasl_oauthbearer_token_provider"] = str(value).strip()
-                continue
-            if key in _STORE_KEYS:
-                if value is not None:
-                    type_key, name = _STORE_KEYS[key]
-                    kwargs[name] = _pem_store(key, str(value).strip(), props.get(type_key))
-                continue
-            name = key.replace(".", "_") if isinstance(key, str) else ""
-            if not isinstance(key, str) or "_" in key or name not in kinds:
-                unknown.append(_describe_unknown(key, kinds))
-                continue
-            if value is None:
-                continue
-            kind, _ = kinds[name]
-            kwargs[name] = _parse(key, value, kind)
-        if unknown:
-            warnings.warn(
-                "unknown consumer properties ignored: " + ", ".join(sorted(unknown)),
-                UnknownConfigWarning,
-                stacklevel=2,
-            )
-        required = ["group.id"]
-        if kwargs.get("group_coordinator", "zookeeper") == "zookeeper":
-            required.append("zookeeper.connect")
-        for key in required:
-            if key.replace(".", "_") not in kwargs:
-                raise InvalidConfigError(key, "missing required property")
-        return cls(**kwargs)
+        return cls(**kwargs_from_properties(props, _FIELD_KINDS, stacklevel=2))
 
     def to_properties(self) -> dict[str, str]:
         """Return the config as dotted keys and string values: the inverse of ``from_properties``.
@@ -768,17 +530,7 @@ class ConsumerConfig:
             Dotted key to value: ints in decimal, booleans as ``"true"``/``"false"``, in the
             order of the attributes.
         """
-        out: dict[str, str] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None or (f.name in _OBJECT_FIELDS and not isinstance(value, str)):
-                continue
-            key = f.name.replace("_", ".")
-            if isinstance(value, bool):
-                out[key] = "true" if value else "false"
-            else:
-                out[key] = str(value)
-        return out
+        return properties_of(self)
 
     def replace(self, **changes: Any) -> Self:
         """Return a copy with ``changes`` applied (``dataclasses.replace``), validated anew.
@@ -796,23 +548,8 @@ class ConsumerConfig:
         return dataclasses.replace(self, **changes)
 
 
-def _field_kinds(cls: type[ConsumerConfig]) -> dict[str, tuple[type, bool]]:
-    """Map each attribute to its base type (int, bool or str) and whether ``None`` is allowed."""
-    kinds: dict[str, tuple[type, bool]] = {}
-    for name, hint in typing.get_type_hints(cls).items():
-        if name in _OBJECT_FIELDS:
-            continue  # objects from code (an SSLContext, a token provider): no properties key
-        if isinstance(hint, types.UnionType):
-            (base,) = (arg for arg in typing.get_args(hint) if arg is not type(None))
-            kinds[name] = (base, True)
-        else:
-            kinds[name] = (hint, False)
-    return kinds
-
-
-_FIELD_KINDS = _field_kinds(ConsumerConfig)
+_FIELD_KINDS = field_kinds(ConsumerConfig)
 _ALL_FIELDS = frozenset(f.name for f in dataclasses.fields(ConsumerConfig))
-_SECRET_FIELDS = frozenset(key.replace(".", "_") for key in SECRET_KEYS)
 
 _dataclass_init = ConsumerConfig.__init__
 
@@ -820,7 +557,7 @@ _dataclass_init = ConsumerConfig.__init__
 def _init(self: ConsumerConfig, **kwargs: Any) -> None:
     # An unknown keyword is a config error naming the key (and the nearest known one), not
     # the TypeError of the generated __init__.
-    _reject_unknown_keywords(kwargs)
+    reject_unknown_keywords(kwargs, _ALL_FIELDS, _FIELD_KINDS)
     if "group_id" not in kwargs:
         raise InvalidConfigError("group.id", "missing required property")
     _dataclass_init(self, **kwargs)
@@ -829,14 +566,6 @@ def _init(self: ConsumerConfig, **kwargs: Any) -> None:
 _init.__doc__ = _dataclass_init.__doc__
 _init.__signature__ = inspect.signature(_dataclass_init)  # type: ignore[attr-defined]
 ConsumerConfig.__init__ = _init  # type: ignore[method-assign]
-
-
-def _describe_unknown(key: object, kinds: Mapping[str, tuple[type, bool]]) -> str:
-    text = key if isinstance(key, str) else repr(key)
-    if isinstance(key, str) and "_" in key and key in kinds:
-        return f"{text} (did you mean {key.replace('_', '.')}?)"
-    near = nearest_key(key) if isinstance(key, str) else None
-    return f"{text} (did you mean {near}?)" if near else text
 
 
 def nearest_key(key: str) -> str | None:
@@ -848,64 +577,7 @@ def nearest_key(key: str) -> str | None:
     Returns:
         The dotted key it most likely means, when one is close enough (ratio >= 0.75).
     """
-    dotted = key.replace("_", ".")
-    known = [name.replace("_", ".") for name in _FIELD_KINDS]
-    found = difflib.get_close_matches(dotted, known, n=1, cutoff=0.75)
-    return found[0] if found else None
-
-
-def _reject_unknown_keywords(kwargs: Mapping[str, object]) -> None:
-    unknown = sorted(set(kwargs) - _ALL_FIELDS)
-    if unknown:
-        name = unknown[0]
-        near = nearest_key(name)
-        hint = f"; did you mean {near.replace('.', '_')}?" if near else ""
-        raise InvalidConfigError(
-            name.replace("_", "."), f"unknown consumer property {name!r}{hint}"
-        )
-
-
-def _parse(key: str, value: object, kind: type) -> object:
-    """Read one property value as ``kind``; values that are not strings pass through."""
-    if not isinstance(value, str) or kind is str:
-        return value
-    text = value.strip()
-    if kind is bool:
-        lowered = text.lower()
-        if lowered not in ("true", "false"):
-            raise InvalidConfigError(
-                key, f"boolean values must be either 'true' or 'false', got {value!r}"
-            )
-        return lowered == "true"
-    if not _INT_TEXT.fullmatch(text):
-        raise InvalidConfigError(key, f"must be an integer, got {value!r}")
-    return int(text)
-
-
-_KIND_NAMES = {int: "an int", bool: "a bool", str: "a str"}
-
-
-def _check_type(name: str, value: object, kind: type, optional: bool) -> None:
-    if value is None and optional:
-        return
-    if kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, kind)
-    if not ok:
-        wanted = _KIND_NAMES[kind] + (" or None" if optional else "")
-        shown = REDACTED if name in _SECRET_FIELDS else repr(value)
-        raise InvalidConfigError(
-            name.replace("_", "."),
-            f"must be {wanted}, got {shown} ({type(value).__name__})",
-        )
-
-
-def _check_range(key: str, value: int, minimum: int, *, extra: str = "") -> None:
-    if not minimum <= value <= _INT32_MAX:
-        raise InvalidConfigError(
-            key, f"must be between {minimum} and {_INT32_MAX}{extra}, got {value}"
-        )
+    return closest_key(key, _FIELD_KINDS)
 
 
 def kafka_security_from_properties(props: Mapping[str, str] | None) -> KafkaSecurity:
@@ -962,116 +634,3 @@ def zookeeper_security_from_properties(props: Mapping[str, str] | None) -> Zooke
         return ZookeeperSecurity()
     wanted.update({"group.id": "g", "zookeeper.connect": "x:1"})
     return ZookeeperSecurity.from_config(ConsumerConfig.from_properties(wanted))
-
-
-def _check_legal_chars(key: str, value: str) -> None:
-    # Kafka's validateChars accepts "", which for group.id makes /consumers/ the group dir.
-    if not _LEGAL_CHARS.fullmatch(value):
-        what = "must not be empty" if not value else f"{value!r} is illegal"
-        raise InvalidConfigError(key, f"{what}; allowed characters are {_LEGAL_CHARS_TEXT}")
-
-
-def _check_host_ports(key: str, value: str) -> None:
-    if not value:
-        raise InvalidConfigError(key, "must not be empty; expected host:port[,host:port...]")
-    for entry in value.split(","):
-        host, colon, port = entry.rpartition(":")
-        if not colon or not host:
-            raise InvalidConfigError(
-                key, f"{entry!r} is not host:port (in {value!r}); expected host:port[,host:port...]"
-            )
-        if not (_HOSTNAME.fullmatch(host) or _IPV6_LITERAL.fullmatch(host)):
-            raise InvalidConfigError(
-                key,
-                f"{host!r} is not a valid host (in {value!r}); use a hostname, an IPv4 "
-                f"address or an IPv6 address in brackets ([::1]:2181)",
-            )
-        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-            raise InvalidConfigError(
-                key, f"port {port!r} of {entry!r} must be a number from 1 to 65535"
-            )
-
-
-def validate_group_id(value: str) -> str:
-    """Check a ``group.id``: the rule of :class:`ConsumerConfig`, also used by the CLI.
-
-    As ``kafka.common.Config.validateChars`` (0.10.2): ``[a-zA-Z0-9._-]+``; stricter than the
-    original, the empty string, ``.`` and ``..`` are refused (the group's node
-    ``/consumers/<group>`` could not exist).
-
-    Args:
-        value: the group id.
-
-    Returns:
-        ``value``, unchanged.
-
-    Raises:
-        InvalidConfigError: ``key`` ``"group.id"``; the message says what is wrong.
-    """
-    key = "group.id"
-    if value in (".", "..") or "/" in value or "\x00" in value:
-        raise InvalidConfigError(
-            key,
-            f"{value!r} cannot be a ZooKeeper path element; allowed characters are "
-            f"{_LEGAL_CHARS_TEXT} (and not '.' or '..' alone)",
-        )
-    _check_legal_chars(key, value)
-    return value
-
-
-def validate_bootstrap_servers(value: str) -> str:
-    """Check a ``bootstrap.servers`` list: the rule of :class:`ConsumerConfig`, also the CLI's.
-
-    ``host:port[,host:port...]``: each host a hostname, an IPv4 address or an IPv6 address
-    in brackets (``[::1]:9092``), each port 1..65535.
-
-    Args:
-        value: the list.
-
-    Returns:
-        ``value``, unchanged.
-
-    Raises:
-        InvalidConfigError: ``key`` ``"bootstrap.servers"``: empty, an entry without a port,
-            a bad host or port.
-    """
-    _check_host_ports("bootstrap.servers", value)
-    return value
-
-
-def validate_zookeeper_connect(value: str) -> str:
-    """Check a ``zookeeper.connect`` string: the rule of :class:`ConsumerConfig`, also the CLI's.
-
-    ``host:port[,host:port...][/chroot]`` as :func:`validate_bootstrap_servers` for the hosts;
-    the chroot an absolute ZooKeeper path (``PathUtils.validatePath``; ``/`` means none).
-
-    Args:
-        value: the connect string.
-
-    Returns:
-        ``value``, unchanged.
-
-    Raises:
-        InvalidConfigError: ``key`` ``"zookeeper.connect"``: empty, ``foo`` (no port),
-            ``host:notaport``, a bad host or chroot.
-    """
-    key = "zookeeper.connect"
-    if not value:
-        raise InvalidConfigError(
-            key, "must not be empty; expected host:port[,host:port...][/chroot]"
-        )
-    hosts, slash, path = value.partition("/")
-    _check_host_ports(key, hosts)
-    if not slash or not path:
-        return value
-    # As ZooKeeper's PathUtils.validatePath, which the chroot has to pass.
-    segments = path.split("/")
-    if any(seg in ("", ".", "..") for seg in segments):
-        raise InvalidConfigError(
-            key,
-            f"chroot {slash + path!r} is not a valid ZooKeeper path: it must start with '/' and "
-            f"have no empty, '.' or '..' segments and no trailing '/'",
-        )
-    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in path):
-        raise InvalidConfigError(key, f"chroot {slash + path!r} contains a control character")
-    return value

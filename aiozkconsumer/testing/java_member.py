@@ -18,22 +18,10 @@ be relied on to leave the group cleanly on SIGTERM. The class, :data:`JAVA_SOURC
 compiled once per ``kafka-clients`` version with ``javac`` into
 ``<cache>/java-member/<kafka-clients jar>-<source digest>/`` (:func:`build_java_member`).
 
-The process writes one tab-separated line per event to stdout, which the member parses as
-it arrives (the Java client's own log, ``org.apache.kafka.clients.consumer`` at INFO, goes
-to stderr and from there to :attr:`JavaConsumerMember.log_file`):
-
-- ``STARTED <client id>``: subscribed (the constructor accepted the configuration).
-- ``RECORD <topic> <partition> <offset> <timestamp ms> <key> <value>``: key and value in
-  base64, ``-`` for null; written as ``poll()`` returns the record.
-- ``REVOKED|ASSIGNED|LOST <topic:partition,...>``: the ``ConsumerRebalanceListener`` calls.
-- ``ASSIGNMENT <generation> <member id> <topic:partition,...>``: the partitions owned after
-  each listener call (the eager classic protocol revokes everything and assigns the new
-  set; the cooperative and ``consumer`` protocols add and remove only the difference).
-- ``COMMITTED <topic:partition=offset,...>``: after a successful ``commitSync`` (commit mode
-  ``"sync"`` only; offsets are the next offsets to read).
-- ``ERROR <exception; caused by ...>``: the consumer failed; it is closed and the process
-  exits with 1.
-- ``CLOSED``: ``KafkaConsumer.close`` returned: the member left the group.
+The process's inputs (a properties file, its arguments) and its output, one tab-separated line
+per event that the member parses as it arrives, are the contract in
+:mod:`aiozkconsumer.testing._java_member_protocol` (pure, with the Java program's source in
+:mod:`aiozkconsumer.testing._java_member_source`); this module runs the process.
 
 SIGTERM wakes the consumer's ``poll`` (a JVM shutdown hook calls ``wakeup()``), commits what
 was consumed (mode ``"sync"``), closes the consumer, which sends ``LeaveGroup`` (so the
@@ -46,11 +34,9 @@ limit, and like the cluster's servers it gets SIGKILL when the test process dies
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import enum
 import logging
-import os
 import re
 import shutil
 import signal
@@ -58,13 +44,28 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from aiozkconsumer.records import TopicPartition
 from aiozkconsumer.testing._errors import LocalClusterError
+from aiozkconsumer.testing._java_member_protocol import (
+    ASSIGNORS,
+    COMMIT_MODES,
+    GROUP_PROTOCOLS,
+    REMOTE_ASSIGNORS,
+    Closed,
+    Committed,
+    Failed,
+    JavaAssignment,
+    JavaRecord,
+    MemberSettings,
+    OutputParser,
+    Started,
+    subscription_of,
+)
+from aiozkconsumer.testing._java_member_source import JAVA_CLASS, JAVA_SOURCE
 from aiozkconsumer.testing._javac import compile_java_class
 from aiozkconsumer.testing._processes import _live_lock, _live_processes, make_preexec, tail
 from aiozkconsumer.testing.provision import (
@@ -78,8 +79,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ASSIGNORS",
+    "COMMIT_MODES",
+    "GROUP_PROTOCOLS",
     "JAVA_CLASS",
     "JAVA_SOURCE",
+    "REMOTE_ASSIGNORS",
     "JavaAssignment",
     "JavaConsumerMember",
     "JavaMemberError",
@@ -90,290 +94,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-JAVA_CLASS = "AiozkJavaMember"
-"""The main class of the member process (in the default package)."""
-
-ASSIGNORS: Mapping[str, str] = {
-    "range": "org.apache.kafka.clients.consumer.RangeAssignor",
-    "roundrobin": "org.apache.kafka.clients.consumer.RoundRobinAssignor",
-    "sticky": "org.apache.kafka.clients.consumer.StickyAssignor",
-    "cooperative-sticky": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
-}
-"""Client-side assignors of the classic protocol: our name -> the Java class
-(``partition.assignment.strategy``). Their protocol names in JoinGroup are ``range``,
-``roundrobin``, ``sticky`` and ``cooperative-sticky``."""
-
-REMOTE_ASSIGNORS: tuple[str, ...] = ("range", "uniform")
-"""Server-side assignors of the ``consumer`` protocol (KIP-848, ``group.remote.assignor``)."""
-
-GROUP_PROTOCOLS: tuple[str, ...] = ("classic", "consumer")
-COMMIT_MODES: tuple[str, ...] = ("auto", "sync", "none")
-
-_JVM_OPTIONS = [
-    "-Xms64m",
-    "-Xmx256m",
-    "-XX:+UseSerialGC",
-    # C1 only: a test member lives seconds to minutes; it starts faster and uses one core less.
-    "-XX:TieredStopAtLevel=1",
-    "-XX:-UsePerfData",
-    "-Djava.awt.headless=true",
-]
 _STOP_GRACE_S = 20.0
 _EXIT_AFTER_EOF_S = 2.0
 _KILL_WAIT_S = 10.0
 _LINE_LIMIT = 64 * 1024 * 1024
 _TAIL_LINES = 60
-
-JAVA_SOURCE = r"""
-import java.io.FileDescriptor;
-import java.io.FileInputStream;
-import java.io.FileOutputStream;
-import java.io.InputStream;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
-import java.time.Duration;
-import java.util.ArrayList;
-import java.util.Arrays;
-import java.util.Base64;
-import java.util.Collection;
-import java.util.HashMap;
-import java.util.LinkedHashSet;
-import java.util.List;
-import java.util.Map;
-import java.util.Properties;
-import java.util.Set;
-import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.regex.Pattern;
-import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
-import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.ConsumerRecords;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
-import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.errors.WakeupException;
-
-/** A consumer group member that reports what it does: one tab-separated line per event. */
-public final class AiozkJavaMember {
-    private static final PrintStream OUT = new PrintStream(
-            new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
-    private static final Base64.Encoder B64 = Base64.getEncoder();
-
-    private static synchronized void emit(String line) {
-        OUT.print(line);
-        OUT.print('\n');
-        OUT.flush();
-    }
-
-    private static String bytes(byte[] data) {
-        return data == null ? "-" : B64.encodeToString(data);
-    }
-
-    private static String tps(Collection<TopicPartition> partitions) {
-        List<String> names = new ArrayList<>();
-        for (TopicPartition tp : partitions) {
-            names.add(tp.topic() + ":" + tp.partition());
-        }
-        return String.join(",", names);
-    }
-
-    private static String oneLine(Throwable error) {
-        StringBuilder text = new StringBuilder();
-        for (Throwable e = error; e != null; e = e.getCause() == e ? null : e.getCause()) {
-            if (text.length() > 0) {
-                text.append("; caused by ");
-            }
-            text.append(e.getClass().getName()).append(": ").append(e.getMessage());
-        }
-        return text.toString().replace('\n', ' ').replace('\t', ' ');
-    }
-
-    private static void commit(KafkaConsumer<byte[], byte[]> consumer,
-            Map<TopicPartition, OffsetAndMetadata> offsets) {
-        if (offsets.isEmpty()) {
-            return;
-        }
-        consumer.commitSync(offsets);
-        List<String> entries = new ArrayList<>();
-        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
-            entries.add(e.getKey().topic() + ":" + e.getKey().partition() + "="
-                    + e.getValue().offset());
-        }
-        emit("COMMITTED\t" + String.join(",", entries));
-    }
-
-    // args: <properties file> <"topics" | "pattern"> <topics, comma-separated | regex>
-    //       <commit mode: auto | sync | none> <close timeout, ms> [<poll timeout, ms>]
-    public static void main(String[] args) throws Exception {
-        Properties props = new Properties();
-        try (InputStream in = new FileInputStream(args[0])) {
-            props.load(in);
-        }
-        boolean pattern = args[1].equals("pattern");
-        String subscription = args[2];
-        boolean syncCommits = args[3].equals("sync");
-        Duration closeTimeout = Duration.ofMillis(Long.parseLong(args[4]));
-        Duration pollTimeout = Duration.ofMillis(args.length > 5 ? Long.parseLong(args[5]) : 1000);
-
-        KafkaConsumer<byte[], byte[]> consumer;
-        try {
-            consumer = new KafkaConsumer<>(props);
-        } catch (Throwable e) {
-            emit("ERROR\t" + oneLine(e));
-            e.printStackTrace();
-            System.exit(1);
-            return;
-        }
-        CountDownLatch closed = new CountDownLatch(1);
-        AtomicBoolean stopping = new AtomicBoolean(false);
-        Set<TopicPartition> owned = new LinkedHashSet<>();
-        // Offsets consumed (next offset to read) and not yet committed: mode "sync" only.
-        Map<TopicPartition, OffsetAndMetadata> consumed = new HashMap<>();
-
-        // SIGTERM runs the shutdown hooks: wake the poll so that the main thread commits and
-        // closes the consumer (LeaveGroup), and keep the JVM alive until it did.
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            stopping.set(true);
-            consumer.wakeup();
-            try {
-                closed.await(closeTimeout.toMillis() + 5000, TimeUnit.MILLISECONDS);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-        }, "aiozk-java-member-shutdown"));
-
-        ConsumerRebalanceListener listener = new ConsumerRebalanceListener() {
-            private void report() {
-                String generation = "-1";
-                String memberId = "";
-                try {
-                    ConsumerGroupMetadata meta = consumer.groupMetadata();
-                    generation = Integer.toString(meta.generationId());
-                    memberId = meta.memberId();
-                } catch (RuntimeException e) {
-                    // not known here: reported as generation -1
-                }
-                emit("ASSIGNMENT\t" + generation + "\t" + memberId + "\t" + tps(owned));
-            }
-
-            @Override
-            public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
-                if (syncCommits) {
-                    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
-                    for (TopicPartition tp : partitions) {
-                        OffsetAndMetadata offset = consumed.get(tp);
-                        if (offset != null) {
-                            offsets.put(tp, offset);
-                        }
-                    }
-                    commit(consumer, offsets);
-                    consumed.keySet().removeAll(offsets.keySet());
-                }
-                owned.removeAll(partitions);
-                emit("REVOKED\t" + tps(partitions));
-                report();
-            }
-
-            @Override
-            public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
-                owned.addAll(partitions);
-                emit("ASSIGNED\t" + tps(partitions));
-                report();
-            }
-
-            @Override
-            public void onPartitionsLost(Collection<TopicPartition> partitions) {
-                owned.removeAll(partitions);
-                consumed.keySet().removeAll(partitions);
-                emit("LOST\t" + tps(partitions));
-                report();
-            }
-        };
-
-        int status = 0;
-        try {
-            if (pattern) {
-                consumer.subscribe(Pattern.compile(subscription), listener);
-            } else {
-                consumer.subscribe(Arrays.asList(subscription.split(",")), listener);
-            }
-            emit("STARTED\t" + props.getProperty("client.id", ""));
-            while (!stopping.get()) {
-                ConsumerRecords<byte[], byte[]> records = consumer.poll(pollTimeout);
-                for (ConsumerRecord<byte[], byte[]> r : records) {
-                    emit("RECORD\t" + r.topic() + "\t" + r.partition() + "\t" + r.offset()
-                            + "\t" + r.timestamp() + "\t" + bytes(r.key()) + "\t"
-                            + bytes(r.value()));
-                    if (syncCommits) {
-                        consumed.put(new TopicPartition(r.topic(), r.partition()),
-                                new OffsetAndMetadata(r.offset() + 1));
-                    }
-                }
-                if (!consumed.isEmpty()) {
-                    commit(consumer, new HashMap<>(consumed));
-                    consumed.clear();
-                }
-            }
-        } catch (WakeupException e) {
-            // SIGTERM: commit and close below
-        } catch (Throwable e) {
-            emit("ERROR\t" + oneLine(e));
-            e.printStackTrace();
-            status = 1;
-        }
-        try {
-            if (status == 0 && !consumed.isEmpty()) {
-                commit(consumer, new HashMap<>(consumed));
-            }
-        } catch (Throwable e) {
-            emit("ERROR\t" + oneLine(e));
-            e.printStackTrace();
-            status = 1;
-        }
-        try {
-            consumer.close(closeTimeout);
-            emit("CLOSED");
-        } catch (Throwable e) {
-            emit("ERROR\t" + oneLine(e));
-            e.printStackTrace();
-            status = 1;
-        } finally {
-            closed.countDown();
-        }
-        if (status != 0) {
-            System.exit(status);
-        }
-    }
-}
-"""
-"""The member process's Java source (compiled by :func:`build_java_member`)."""
-
-_LOG4J_PROPERTIES = """\
-log4j.rootLogger=WARN, stderr
-log4j.appender.stderr=org.apache.log4j.ConsoleAppender
-log4j.appender.stderr.Target=System.err
-log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
-log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
-log4j.logger.org.apache.kafka.clients.consumer=INFO
-"""
-
-# No log4j2 shutdown hook: it would stop logging while the member's own hook still closes
-# the consumer (and the consumer's threads would fall back to log4j2's SimpleLogger).
-_LOG4J2_PROPERTIES = """\
-status=warn
-shutdownHook=disable
-appender.err.type=Console
-appender.err.name=STDERR
-appender.err.target=SYSTEM_ERR
-appender.err.layout.type=PatternLayout
-appender.err.layout.pattern=[%d] %p %m (%c)%n
-rootLogger.level=WARN
-rootLogger.appenderRef.err.ref=STDERR
-logger.consumer.name=org.apache.kafka.clients.consumer
-logger.consumer.level=INFO
-"""
 
 
 class JavaMemberError(LocalClusterError):
@@ -397,72 +122,6 @@ class JavaMemberState(enum.Enum):
     RUNNING = "running"
     EXITED = "exited"
     STOPPED = "stopped"
-
-
-@dataclass(frozen=True)
-class JavaRecord:
-    """One record as the Java consumer's ``poll()`` returned it.
-
-    Attributes:
-        topic: the topic.
-        partition: the partition number.
-        offset: the record's offset.
-        timestamp_ms: the record's timestamp, ms since the epoch.
-        key: the key bytes, or None.
-        value: the value bytes, or None (a tombstone).
-        received_at: when the member read the line from the process, ``time.time()``
-            seconds (0.0 when built by hand).
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    received_at: float = 0.0
-
-    @property
-    def tp(self) -> TopicPartition:
-        """The record's ``TopicPartition``."""
-        return TopicPartition(self.topic, self.partition)
-
-
-@dataclass(frozen=True)
-class JavaAssignment:
-    """The partitions a Java member owned after one ``ConsumerRebalanceListener`` call.
-
-    Attributes:
-        generation: the group generation (``ConsumerGroupMetadata.generationId``; the member
-            epoch with the ``consumer`` protocol), -1 when unknown.
-        member_id: the member id the coordinator gave it ("" when unknown).
-        partitions: every partition owned after the call.
-        change: the listener call: ``"assigned"``, ``"revoked"`` or ``"lost"``.
-        changed: the partitions the call was about.
-        received_at: when the member read the ``ASSIGNMENT`` line from the process,
-            ``time.time()`` seconds (0.0 when built by hand).
-    """
-
-    generation: int
-    member_id: str
-    partitions: frozenset[TopicPartition]
-    change: str
-    changed: frozenset[TopicPartition]
-    received_at: float = 0.0
-
-
-def _tps(text: str) -> frozenset[TopicPartition]:
-    """Parse ``topic:partition,...`` (topic names cannot hold ``:`` or ``,``)."""
-    out: set[TopicPartition] = set()
-    for item in text.split(","):
-        if item:
-            topic, _, partition = item.rpartition(":")
-            out.add(TopicPartition(topic, int(partition)))
-    return frozenset(out)
-
-
-def _bytes(text: str) -> bytes | None:
-    return None if text == "-" else base64.b64decode(text)
 
 
 def build_java_member(libs: Path, cache_dir: Path | None = None) -> Path:
@@ -589,52 +248,38 @@ class JavaConsumerMember:
         poll_timeout_ms: int = 1000,
     ) -> None:
         if isinstance(cluster_or_bootstrap, str):
-            self._bootstrap = cluster_or_bootstrap
+            bootstrap = cluster_or_bootstrap
             default_flavour = "zookeeper"
         else:
-            self._bootstrap = cluster_or_bootstrap.bootstrap_servers
+            bootstrap = cluster_or_bootstrap.bootstrap_servers
             default_flavour = cluster_or_bootstrap.flavour
         self._flavour = flavour or default_flavour
         if self._flavour not in FLAVOURS:
             raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
-        if isinstance(topics, re.Pattern):
-            self._subscription = ("pattern", topics.pattern)
-        else:
-            names = [topics] if isinstance(topics, str) else list(topics)
-            if not names or not all(names):
-                raise ValueError("give at least one topic (and no empty name)")
-            self._subscription = ("topics", ",".join(names))
-        if group_protocol not in GROUP_PROTOCOLS:
-            raise ValueError(
-                f"group_protocol must be one of {', '.join(GROUP_PROTOCOLS)}, "
-                f"got {group_protocol!r}"
-            )
-        allowed = tuple(ASSIGNORS) if group_protocol == "classic" else REMOTE_ASSIGNORS
-        if assignor not in allowed:
-            raise ValueError(
-                f"assignor must be one of {', '.join(allowed)} with the {group_protocol} "
-                f"protocol, got {assignor!r}"
-            )
-        if commit not in COMMIT_MODES:
-            raise ValueError(f"commit must be one of {', '.join(COMMIT_MODES)}, got {commit!r}")
+        self._settings = MemberSettings(
+            bootstrap=bootstrap,
+            group=group,
+            client_id=client_id or f"java-member-{group}-{JavaConsumerMember._instances + 1}",
+            subscription=subscription_of(topics),
+            assignor=assignor,
+            group_protocol=group_protocol,
+            commit=commit,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            session_timeout_ms=session_timeout_ms,
+            extra_properties=dict(extra_properties or {}),
+            close_timeout_s=close_timeout_s,
+            poll_timeout_ms=poll_timeout_ms,
+        )
         JavaConsumerMember._instances += 1
         self.group = group
-        self.client_id = client_id or f"java-member-{group}-{JavaConsumerMember._instances}"
+        self.client_id = self._settings.client_id
         self._libs = libs
         self._cache_dir = cache_dir
-        self._assignor = assignor
-        self._group_protocol = group_protocol
-        self._commit = commit
-        self._auto_commit_interval_ms = auto_commit_interval_ms
-        self._session_timeout_ms = session_timeout_ms
-        self._extra = dict(extra_properties or {})
         self._given_work_dir = Path(work_dir) if work_dir is not None else None
         self._work_dir: Path | None = None
         self._keep_work_dir = keep_work_dir
-        self._close_timeout_s = close_timeout_s
         self._start_timeout_s = start_timeout_s
         self._on_event = on_event
-        self._poll_timeout_ms = poll_timeout_ms
         self._keep_records = keep_records
         self._failed = False
 
@@ -648,8 +293,7 @@ class JavaConsumerMember:
         self.started_at: float | None = None
         """When the ``STARTED`` line was read (``time.time()``): the consumer was built and
         subscribed. None before."""
-        # The last listener call (ASSIGNED/REVOKED/LOST), completed by the ASSIGNMENT after it.
-        self._last_change: tuple[str, frozenset[TopicPartition]] = ("assigned", frozenset())
+        self._parser = OutputParser()
 
         self.records: list[JavaRecord] = []
         """Every record consumed, in arrival order (none kept with ``keep_records=False``)."""
@@ -665,7 +309,12 @@ class JavaConsumerMember:
     # ---- description -----------------------------------------------------------------
 
     def __repr__(self) -> str:
-        parts = [self._state.name, f"group={self.group}", self._flavour, self._group_protocol]
+        parts = [
+            self._state.name,
+            f"group={self.group}",
+            self._flavour,
+            self._settings.group_protocol,
+        ]
         if self._proc is not None:
             parts.append(f"pid {self._proc.pid}")
             if self._proc.returncode is not None:
@@ -769,29 +418,9 @@ class JavaConsumerMember:
             libs = home / "libs"
         classes = await asyncio.to_thread(build_java_member, libs, self._cache_dir)
         work = self._make_work_dir()
-        props_file = work / "consumer.properties"
-        props_file.write_text(
-            "".join(f"{k}={_escape(v)}\n" for k, v in self.consumer_properties().items())
-        )
-        (work / "log4j.properties").write_text(_LOG4J_PROPERTIES)
-        (work / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
-        mode, subscription = self._subscription
-        cmd = [
-            java,
-            *_JVM_OPTIONS,
-            f"-Dlog4j.configuration=file:{work / 'log4j.properties'}",
-            f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}",
-            "-cp",
-            f"{classes}{os.pathsep}{libs}/*",
-            JAVA_CLASS,
-            str(props_file),
-            mode,
-            subscription,
-            self._commit,
-            str(int(self._close_timeout_s * 1000)),
-            str(self._poll_timeout_ms),
-        ]
-        self._spawn(cmd, work)
+        for name, text in self._settings.work_files().items():
+            (work / name).write_text(text)
+        self._spawn(self._settings.command(java, classes, libs, work), work)
         try:
             await self._wait(lambda: self._started, self._start_timeout_s, "subscribed")
         except BaseException:
@@ -909,29 +538,7 @@ class JavaConsumerMember:
 
     def consumer_properties(self) -> dict[str, str]:
         """The consumer configuration the process gets (``extra_properties`` applied last)."""
-        props = {
-            "bootstrap.servers": self._bootstrap,
-            "group.id": self.group,
-            "client.id": self.client_id,
-            "key.deserializer": "org.apache.kafka.common.serialization.ByteArrayDeserializer",
-            "value.deserializer": "org.apache.kafka.common.serialization.ByteArrayDeserializer",
-            "auto.offset.reset": "earliest",
-            "allow.auto.create.topics": "false",
-            "enable.auto.commit": "true" if self._commit == "auto" else "false",
-            "auto.commit.interval.ms": str(self._auto_commit_interval_ms),
-            "group.protocol": self._group_protocol,
-        }
-        if self._group_protocol == "classic":
-            props["partition.assignment.strategy"] = ASSIGNORS[self._assignor]
-            props["session.timeout.ms"] = str(self._session_timeout_ms)
-            props["heartbeat.interval.ms"] = str(min(1000, self._session_timeout_ms // 3))
-        else:
-            props["group.remote.assignor"] = self._assignor
-        if self._subscription[0] == "pattern":
-            # A pattern subscription sees new topics only with fresh metadata.
-            props["metadata.max.age.ms"] = "2000"
-        props.update(self._extra)
-        return props
+        return self._settings.consumer_properties()
 
     def _make_work_dir(self) -> Path:
         if self._given_work_dir is not None:
@@ -983,52 +590,31 @@ class JavaConsumerMember:
 
     def _on_line(self, line: str) -> None:
         now = time.time()
-        kind, _, rest = line.partition("\t")
-        fields = rest.split("\t")
-        event: JavaRecord | JavaAssignment | None = None
         try:
-            if kind == "RECORD":
-                topic, partition, offset, timestamp, key, value = fields
-                event = JavaRecord(
-                    topic,
-                    int(partition),
-                    int(offset),
-                    int(timestamp),
-                    _bytes(key),
-                    _bytes(value),
-                    now,
-                )
-                if self._keep_records:
-                    self.records.append(event)
-            elif kind == "ASSIGNMENT":
-                generation, member_id, owned = fields
-                last = self._last_change
-                event = JavaAssignment(
-                    int(generation), member_id, _tps(owned), last[0], last[1], now
-                )
-                self.assignments.append(event)
-            elif kind in ("ASSIGNED", "REVOKED", "LOST"):
-                self._last_change = (kind.lower(), _tps(rest))
-            elif kind == "COMMITTED":
-                for item in rest.split(","):
-                    tp, _, offset = item.partition("=")
-                    (parsed,) = _tps(tp)
-                    self.committed[parsed] = int(offset)
-            elif kind == "STARTED":
-                self._started = True
-                self.started_at = now
-            elif kind == "CLOSED":
-                self.closed_cleanly = True
-            elif kind == "ERROR":
-                self.errors.append(rest)
-                log.warning("%s: %s", self.client_id, rest)
-            else:
-                log.debug("%s: unexpected output %r", self.client_id, line)
-                return
+            event = self._parser.parse(line, now)
         except ValueError:
             log.warning("%s: cannot parse %r", self.client_id, line)
             return
-        if event is not None and self._on_event is not None:
+        match event:
+            case None:
+                log.debug("%s: unexpected output %r", self.client_id, line)
+                return
+            case JavaRecord():
+                if self._keep_records:
+                    self.records.append(event)
+            case JavaAssignment():
+                self.assignments.append(event)
+            case Committed():
+                self.committed.update(event.offsets)
+            case Started():
+                self._started = True
+                self.started_at = now
+            case Closed():
+                self.closed_cleanly = True
+            case Failed():
+                self.errors.append(event.error)
+                log.warning("%s: %s", self.client_id, event.error)
+        if isinstance(event, JavaRecord | JavaAssignment) and self._on_event is not None:
             try:
                 self._on_event(event)
             except Exception:
@@ -1082,8 +668,3 @@ class JavaConsumerMember:
             log.info("Java member %s: work directory kept: %s", self.client_id, work)
             return
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _escape(value: str) -> str:
-    """Escape a value for a Java ``.properties`` file (backslashes and line breaks)."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
