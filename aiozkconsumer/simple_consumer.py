@@ -24,12 +24,12 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeVar
 
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
+from ._resource import AsyncService
 from .cluster import EARLIEST, LATEST, KafkaClient
 from .errors import (
     BrokerNotAvailableError,
@@ -247,7 +247,7 @@ def message_too_large_error(
     )
 
 
-class SimpleConsumer:
+class SimpleConsumer(AsyncService):
     """Reads partitions at given offsets from their leaders (``kafka.consumer.SimpleConsumer``).
 
     An async context manager::
@@ -361,17 +361,11 @@ class SimpleConsumer:
         if kafka is not None:
             await kafka.close()
 
-    async def __aenter__(self) -> SimpleConsumer:
-        await self.start()
-        return self
+    shield_close = True  # the close runs even while the block is being cancelled
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.shield(self.close())
+    async def aclose(self) -> None:
+        """Leaving ``async with``: :meth:`close`."""
+        await self.close()
 
     def _client(self) -> KafkaClient:
         if self._kafka is None:

@@ -72,11 +72,11 @@ import tempfile
 import time
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from aiozk import ZKClient
 
 from aiozkconsumer._concurrency import gather
+from aiozkconsumer._resource import AsyncService
 from aiozkconsumer.errors import (
     BrokerNotAvailableError,
     ZookeeperConnectionError,
@@ -149,7 +149,7 @@ _CONNECTION_RE = re.compile(
 )
 
 
-class LocalCluster:
+class LocalCluster(AsyncService):
     """A local ZooKeeper + Kafka cluster of real ``java`` processes.
 
     Usage::
@@ -759,18 +759,12 @@ class LocalCluster:
 
     # ---- lifecycle -------------------------------------------------------------------
 
-    async def __aenter__(self) -> LocalCluster:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _block_failed(self, exc: BaseException) -> None:
         if isinstance(exc, Exception):
             self.mark_failed()
+
+    async def aclose(self) -> None:
+        """Leaving ``async with``: :meth:`stop`."""
         await self.stop()
 
     async def start(self) -> None:

@@ -45,9 +45,9 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
+from aiozkconsumer._resource import AsyncService
 from aiozkconsumer.records import TopicPartition
 from aiozkconsumer.testing._errors import LocalClusterError
 from aiozkconsumer.testing._java_member_protocol import (
@@ -155,7 +155,7 @@ def build_java_member(libs: Path, cache_dir: Path | None = None) -> Path:
     )
 
 
-class JavaConsumerMember:
+class JavaConsumerMember(AsyncService):
     """A real Java ``KafkaConsumer`` in a consumer group, in a child process (see the module
     docstring).
 
@@ -384,18 +384,11 @@ class JavaConsumerMember:
 
     # ---- lifecycle -------------------------------------------------------------------
 
-    async def __aenter__(self) -> JavaConsumerMember:
-        await self.start()
-        return self
+    def _block_failed(self, exc: BaseException) -> None:
+        self._failed = True
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is not None:
-            self._failed = True
+    async def aclose(self) -> None:
+        """Leaving ``async with``: :meth:`stop`."""
         await self.stop()
 
     async def start(self) -> None:

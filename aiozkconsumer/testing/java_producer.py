@@ -56,9 +56,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
+from aiozkconsumer._resource import AsyncService
 from aiozkconsumer.testing._errors import LocalClusterError
 from aiozkconsumer.testing._javac import compile_java_class
 from aiozkconsumer.testing._processes import _live_lock, _live_processes, make_preexec, tail
@@ -568,7 +568,7 @@ def build_java_producer(libs: Path, cache_dir: Path | None = None) -> Path:
     )
 
 
-class JavaProducer:
+class JavaProducer(AsyncService):
     """A real Java ``KafkaProducer`` in a child process, writing on command (see the module
     docstring).
 
@@ -650,18 +650,11 @@ class JavaProducer:
         """The last ``lines`` lines of :attr:`log_file` ("" before start)."""
         return tail(self.log_file, lines) if self._work_dir is not None else ""
 
-    async def __aenter__(self) -> JavaProducer:
-        await self.start()
-        return self
+    def _block_failed(self, exc: BaseException) -> None:
+        self._failed = True
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is not None:
-            self._failed = True
+    async def aclose(self) -> None:
+        """Leaving ``async with``: :meth:`stop`."""
         await self.stop()
 
     async def start(self) -> None:

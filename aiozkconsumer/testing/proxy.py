@@ -70,6 +70,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from aiozkconsumer._resource import AsyncService
 from aiozkconsumer.errors import ConsumerError
 
 __all__ = [
@@ -221,7 +222,7 @@ def _format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-class TcpProxy:
+class TcpProxy(AsyncService):
     """An asyncio TCP proxy to one upstream server, with switchable faults.
 
     Use it as an async context manager, or call :meth:`start` and :meth:`close`. The two
@@ -359,11 +360,8 @@ class TcpProxy:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    async def __aenter__(self) -> TcpProxy:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def aclose(self) -> None:
+        """Leaving ``async with``: :meth:`close`."""
         await self.close()
 
     async def start(self) -> None:

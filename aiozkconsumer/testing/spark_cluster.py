@@ -32,9 +32,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
+from aiozkconsumer._resource import AsyncService
 from aiozkconsumer.testing._errors import ClusterStartError, LocalClusterError
 from aiozkconsumer.testing._processes import HOST, Server, free_ports, tail, terminate
 
@@ -67,7 +67,7 @@ def pyspark_home() -> Path:
     return home
 
 
-class SparkStandaloneCluster:
+class SparkStandaloneCluster(AsyncService):
     """A Spark standalone master and ``workers`` workers on loopback, each a ``java`` process.
 
     Use as an async context manager (or :meth:`start` / :meth:`stop`)::
@@ -212,18 +212,12 @@ class SparkStandaloneCluster:
 
     # ---- lifecycle ------------------------------------------------------------------------
 
-    async def __aenter__(self) -> SparkStandaloneCluster:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _block_failed(self, exc: BaseException) -> None:
         if isinstance(exc, Exception):
             self._failed = True
+
+    async def aclose(self) -> None:
+        """Leaving ``async with``: :meth:`stop`."""
         await self.stop()
 
     async def start(self) -> None:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeVar
 
 import anyio
 from aiokafka.admin import AIOKafkaAdminClient
 
 from .._concurrency import gather
+from .._resource import AsyncService
 from ..errors import (
     BrokerNotAvailableError,
     ConsumerError,
@@ -246,7 +246,7 @@ def _partition_state(
     )
 
 
-class KafkaGroupAdmin:
+class KafkaGroupAdmin(AsyncService):
     """The group tools of ``kafka-consumer-groups.sh --bootstrap-server``, over the brokers.
 
     Use as an async context manager::
@@ -338,16 +338,8 @@ class KafkaGroupAdmin:
                 with anyio.move_on_after(_CLOSE_STEP_LIMIT_S, shield=True):
                     await kafka.close()
 
-    async def __aenter__(self) -> KafkaGroupAdmin:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """Leaving ``async with``: :meth:`close`."""
         await self.close()
 
     def __repr__(self) -> str:

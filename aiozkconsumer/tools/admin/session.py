@@ -11,10 +11,11 @@ tools themselves (describe, offsets, reset, delete) extend it, and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from types import TracebackType
-from typing import Literal, Self, TypeVar
+from typing import Literal, TypeVar
 
 import anyio
+
+from aiozkconsumer._resource import AsyncService
 
 from ..._concurrency import gather
 from ...cluster import ClusterView
@@ -37,7 +38,7 @@ _NO_BROKERS = "No brokers found in ZK. (A KRaft cluster? Give its bootstrap serv
 _CLOSE_STEP_LIMIT_S = 5.0  # each step of AdminSession.close, in seconds
 
 
-class AdminSession:
+class AdminSession(AsyncService):
     """One ZooKeeper session and its cluster view, with the reads the group tools share.
 
     An async context manager; its arguments and attributes are
@@ -97,16 +98,8 @@ class AdminSession:
             with anyio.move_on_after(_CLOSE_STEP_LIMIT_S, shield=True):
                 await self.zk.close(timeout_s=_CLOSE_STEP_LIMIT_S)
 
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """Leaving ``async with``: :meth:`close`."""
         await self.close()
 
     def __repr__(self) -> str:
