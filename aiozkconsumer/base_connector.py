@@ -92,11 +92,14 @@ class ConnectorState(enum.Enum):
     - ``REBALANCE_FAILED``: registered but owns nothing after ``rebalance.max.retries`` failed
       attempts (the original stayed idle silently; here the state and ``last_error`` say so).
       The next trigger (a member change, a new session) rebalances again.
-    - ``SUSPENDED``: the ZooKeeper connection is lost and the session may be expiring (or,
-      with Kafka coordination, no heartbeat was answered for a session timeout), so another
-      member may take the partitions: records are held back and nothing is committed;
-      fetching may go on. Back to the previous state when the same session returns; a new
-      session (expiry) leads to a rebalance. The original kept delivering.
+    - ``SUSPENDED`` (ZooKeeper coordination only): the ZooKeeper connection is lost and the
+      session may be expiring, so another member may take the partitions: records are held
+      back and nothing is committed; fetching may go on. Back to the previous state when the
+      same session returns; a new session (expiry) leads to a rebalance. The original kept
+      delivering. A Kafka-coordinated member whose heartbeats go unanswered stays
+      ``RUNNING`` but hands out nothing once its lease (0.8 x ``session.timeout.ms`` after
+      the last answered heartbeat) ran out, and rejoins; its commits are fenced by the
+      group coordinator (``CommitFencedError``).
     - ``CLOSING``: shutting down: fetchers stopped, final commit, session closing. Hands out
       nothing more; commits only the final commit.
     - ``CLOSED``: done; streams have ended, the ZooKeeper session is closed (its registration

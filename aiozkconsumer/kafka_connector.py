@@ -25,6 +25,7 @@ from .cluster import ClusterView
 from .commits import FencedCommitter
 from .config import ConsumerConfig
 from .errors import ConsumerError, InvalidConfigError
+from .group.base import GroupMember
 from .group.classic import METADATA_REFRESH_MS, KafkaCoordinator
 from .group.consumer_protocol import ConsumerProtocolCoordinator
 from .interceptors import ConsumerInterceptor
@@ -73,7 +74,7 @@ class KafkaConsumerConnector(ConsumerConnector):
         KafkaConnectionError: (on entering) no broker of ``bootstrap.servers`` answered.
     """
 
-    coordinator: KafkaCoordinator | ConsumerProtocolCoordinator
+    coordinator: GroupMember
 
     def __init__(
         self,
@@ -153,12 +154,7 @@ class KafkaConsumerConnector(ConsumerConnector):
             )
 
     def _generation_and_member(self) -> tuple[int, str]:
-        coordinator = self.coordinator
-        if isinstance(coordinator, ConsumerProtocolCoordinator):
-            # Never -1 (with an empty group, the broker takes that for an admin's commit):
-            # a member without an epoch commits with 0, which no member has, and is refused.
-            return max(coordinator.member_epoch, 0), coordinator.member_id
-        return coordinator.generation, coordinator.member_id
+        return self.coordinator.commit_generation()
 
     # -- the coordinator's parts of the lifecycle ----------------------------------------
 
@@ -172,10 +168,8 @@ class KafkaConsumerConnector(ConsumerConnector):
         """Join the group, then keep the membership: heartbeats, metadata, the worker."""
         await self._run_rebalance("initial subscription", raise_on_failure=True)
         tg = self.task_group
-        tg.start_soon(self.coordinator.heartbeat_loop)
-        if isinstance(self.coordinator, KafkaCoordinator):
-            # The consumer protocol's coordinator follows the metadata itself.
-            tg.start_soon(self.coordinator.metadata_loop)
+        for task in self.coordinator.background_tasks():
+            tg.start_soon(task)
         if wildcard:
             tg.start_soon(self._follow_topic_list)
         tg.start_soon(self._rebalance_worker)
@@ -207,8 +201,4 @@ class KafkaConsumerConnector(ConsumerConnector):
 
     @property
     def _group_generation(self) -> tuple[int | None, str | None]:
-        c = self.coordinator
-        if isinstance(c, ConsumerProtocolCoordinator):
-            # The member epoch; 0 (joining) and -1 (not a member) are no membership.
-            return (c.member_epoch if c.member_epoch > 0 else None, c.member_id)
-        return (c.generation if c.generation >= 0 else None, c.member_id or None)
+        return self.coordinator.membership()

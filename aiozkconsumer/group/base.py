@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, ClassVar
 
 import anyio
@@ -91,6 +91,19 @@ class GroupMember:
     def generation(self) -> int:
         """The group generation or member epoch (-1: not a member)."""
         raise NotImplementedError
+
+    def commit_generation(self) -> tuple[int, str]:
+        """``(generation or member epoch, member id)`` an offset commit carries."""
+        return self.generation, self.member_id
+
+    def membership(self) -> tuple[int | None, str | None]:
+        """``(generation, member id)`` of the current membership (``statistics()``);
+        ``None`` where there is none."""
+        return (self.generation if self.generation >= 0 else None, self.member_id or None)
+
+    def background_tasks(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
+        """The tasks that keep the membership, started once the member joined."""
+        return [self.heartbeat_loop]
 
     # -- the subscription ----------------------------------------------------------------
 
@@ -301,6 +314,10 @@ class GroupMember:
             self.generation,
             len(rec.partitions),
         )
+
+    async def leave(self) -> None:
+        """Leave the group so that it rebalances at once (never raises)."""
+        raise NotImplementedError
 
     # -- heartbeats ----------------------------------------------------------------------
 

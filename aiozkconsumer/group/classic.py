@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import anyio
 
@@ -189,6 +190,11 @@ class KafkaCoordinator(GroupMember):
         return self._members
 
     # -- background tasks ----------------------------------------------------------------
+
+    def background_tasks(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
+        """The heartbeat and the metadata snapshot (the KIP-848 member's broker follows the
+        metadata itself)."""
+        return [self.heartbeat_loop, self.metadata_loop]
 
     def _may_heartbeat(self) -> bool:
         # A member that gave a rejoin up still holds its generation: its heartbeats tell it

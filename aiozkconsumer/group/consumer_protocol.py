@@ -96,6 +96,15 @@ class ConsumerProtocolCoordinator(GroupMember):
         """The member epoch (``statistics().group_generation``; -1: not a member)."""
         return self.member_epoch
 
+    def commit_generation(self) -> tuple[int, str]:
+        # Never -1 (with an empty group, the broker takes that for an admin's commit): a
+        # member without an epoch commits with 0, which no member has, and is refused.
+        return max(self.member_epoch, 0), self.member_id
+
+    def membership(self) -> tuple[int | None, str | None]:
+        # The member epoch; 0 (joining) and -1 (not a member) are no membership.
+        return (self.member_epoch if self.member_epoch > 0 else None, self.member_id)
+
     @property
     def joined(self) -> bool:
         """Whether this member is in the group (an epoch the coordinator gave, not fenced)."""
