@@ -58,8 +58,7 @@ from .errors import (
 from .interceptors import ConsumerInterceptor, Interceptors
 from .kafka_connector import KafkaConsumerConnector
 from .metrics import ConsumerMetrics
-from .records import RebalanceRecord
-from .records import MessageAndMetadata, TopicPartition
+from .records import MessageAndMetadata, RebalanceRecord, TopicPartition
 from .simple_consumer import FetchResult, SimpleConsumer
 from .stream import ConsumerIterator, KafkaStream
 from .subscription import Blacklist, ConsumerThreadId, TopicFilter, Whitelist

@@ -28,9 +28,9 @@ from aiozkconsumer import (
 )
 from aiozkconsumer.base_connector import ConsumerConnector
 from aiozkconsumer.errors import InvalidConfigError
+from aiozkconsumer.group.consumer_protocol import ConsumerProtocolCoordinator
 from aiozkconsumer.kafka.client import KafkaClient
 from aiozkconsumer.kafka.consumer_group import ConsumerGroupClient, ConsumerGroupHeartbeatRequest
-from aiozkconsumer.group.consumer_protocol import ConsumerProtocolCoordinator
 from aiozkconsumer.stream import KafkaStream
 from aiozkconsumer.subscription import ConsumerThreadId
 from aiozkconsumer.testing import LocalCluster

@@ -35,7 +35,6 @@ from aiozkconsumer import (
 )
 from aiozkconsumer.commits import FencedCommitter
 from aiozkconsumer.errors import OffsetCommitError, ZookeeperSessionExpiredError
-from aiozkconsumer.zkgroup.lease import DETECTION_FRACTION, SessionLease
 from aiozkconsumer.metrics import ConsumerMetrics
 from aiozkconsumer.ownership import OwnershipState
 from aiozkconsumer.records import OwnershipGate
@@ -49,6 +48,7 @@ from aiozkconsumer.zk.client import (
     _PromptSession,
     reconnect_backoff_s,
 )
+from aiozkconsumer.zkgroup.lease import DETECTION_FRACTION, SessionLease
 
 log = logging.getLogger(__name__)
 
