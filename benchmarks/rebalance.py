@@ -206,8 +206,8 @@ def patch_original(backoff_s: float) -> None:
     """Make aiozkconsumer rebalance like the 0.10.2 consumer (emulation, member side only)."""
     import anyio
 
-    from aiozkconsumer.zkgroup.rebalancer import Rebalancer
     from aiozkconsumer.zk.client import ZkClient
+    from aiozkconsumer.zkgroup.rebalancer import Rebalancer
 
     incremental = Rebalancer._rebalance
 
