@@ -286,6 +286,10 @@ class ConsumerConfig:
             (``OFFSET_OUT_OF_RANGE`` from it is retried at the leader, not reset). Without
             it, or with brokers that name no replica, every partition is fetched from its
             leader.
+        metadata_max_age_ms: ``metadata.max.age.ms``, the Java client's, ms, default
+            300000, >= 1: how long a preferred read replica (``client.rack``) is followed
+            before the leader is asked again (the Java client's
+            ``preferredReadReplicaExpirationTimeMs``).
         zookeeper_auth: ``zookeeper.auth``, new, default ``None``: ``scheme:credentials``
             sent to ZooKeeper after every connect (``digest:user:password``, as kazoo's
             ``auth_data``). A secret.
@@ -376,6 +380,7 @@ class ConsumerConfig:
     # ---- what is read -----------------------------------------------------------------
     isolation_level: str = "read_uncommitted"
     client_rack: str | None = None
+    metadata_max_age_ms: int = 300_000
     # ---- ZooKeeper: auth, TLS, ACLs ----------------------------------------------------
     zookeeper_auth: str | None = field(default=None, repr=False)
     zookeeper_set_acl: bool = False

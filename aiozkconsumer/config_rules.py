@@ -163,6 +163,7 @@ def check_values(config: ConsumerConfig) -> None:
     check_choice("crc.error.action", config.crc_error_action, _CRC_ERROR_ACTION_VALUES)
     check_choice("isolation.level", config.isolation_level, _ISOLATION_LEVEL_VALUES)
     check_range("reconnect.backoff.max.ms", config.reconnect_backoff_max_ms, 1)
+    check_range("metadata.max.age.ms", config.metadata_max_age_ms, 1)
 
 
 def check_group_protocol(config: ConsumerConfig) -> None:

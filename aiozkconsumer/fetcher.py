@@ -97,7 +97,7 @@ from .kafka.transactions import (
     stable_and_aborted,
 )
 from .queues import ChunkQueue, notify_on_room
-from .read_replica import DEFAULT_EXPIRY_MS, ErrorRoute, ReadReplicas, ReadReplicaStatistics
+from .read_replica import ErrorRoute, ReadReplicas, ReadReplicaStatistics
 from .records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
 
 __all__ = ["ConsumerFetcher", "FetchPlan", "FetcherManager", "fetcher_id_for", "plan_fetch"]
@@ -687,7 +687,7 @@ class FetcherManager:
         """Per partition handed to a fetch loop, its leader then (the loop may be its
         preferred read replica's)."""
         self.read_replicas: ReadReplicas[TopicPartition] = ReadReplicas(
-            getattr(config, "metadata_max_age_ms", None) or DEFAULT_EXPIRY_MS
+            config.metadata_max_age_ms
         )
         """The preferred read replicas named by the partitions' leaders (KIP-392), followed
         for ``metadata.max.age.ms`` (the Java client's; 5 minutes)."""

@@ -81,6 +81,7 @@ ORIGINAL_DEFAULTS: dict[str, object] = {
     "reconnect.backoff.max.ms": 1000,
     "isolation.level": "read_uncommitted",
     "client.rack": None,
+    "metadata.max.age.ms": 300_000,
     # ZooKeeper security: Kafka's own ZooKeeper client keys.
     "zookeeper.auth": None,
     "zookeeper.set.acl": False,
