@@ -37,11 +37,11 @@ from aiozkconsumer.records import (
     TopicPartition,
 )
 from aiozkconsumer.spark import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS, foreach_batch
-from aiozkconsumer.spark.bridge import (
+from aiozkconsumer.spark.buffer import BridgeBuffer as _Buffer
+from aiozkconsumer.spark.pump import decoded_to_arrow as _decoded_to_arrow
+from aiozkconsumer.spark.pump import pump as _pump
+from aiozkconsumer.spark.runs import (
     PartitionRun,
-    _Buffer,
-    _decoded_to_arrow,
-    _pump,
     batch_ranges,
     batch_table,
     partition_runs,

@@ -30,7 +30,8 @@ from pyspark.sql import DataFrame, SparkSession
 from aiozkconsumer import ConsumerConfig, ZookeeperConsumerConnector
 from aiozkconsumer.records import MessageAndMetadata, PartitionTopicInfo, TopicPartition
 from aiozkconsumer.spark import BatchRecord, batch_log_path, foreach_batch
-from aiozkconsumer.spark.bridge import PartitionRun, _Buffer, batch_ranges, partition_runs
+from aiozkconsumer.spark.buffer import BridgeBuffer as _Buffer
+from aiozkconsumer.spark.runs import PartitionRun, batch_ranges, partition_runs
 from aiozkconsumer.spark.schema import records_to_arrow
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.zk import layout

@@ -38,16 +38,10 @@ from aiozkconsumer.kafka.errors import NONE
 from aiozkconsumer.offsets import NO_OFFSET, KafkaOffsetStore
 from aiozkconsumer.records import MessageAndMetadata, PartitionTopicInfo, TopicPartition
 from aiozkconsumer.spark import foreach_batch, parse_source_options, register
-from aiozkconsumer.spark.bridge import (
-    BatchMark,
-    BatchRecord,
-    KafkaBatchLog,
-    PartitionRun,
-    _Buffer,
-    batch_ranges,
-    last_batch,
-    open_batch_log,
-)
+from aiozkconsumer.spark.batch_log import KafkaBatchLog, open_batch_log
+from aiozkconsumer.spark.batch_records import BatchMark, BatchRecord, last_batch
+from aiozkconsumer.spark.buffer import BridgeBuffer as _Buffer
+from aiozkconsumer.spark.runs import PartitionRun, batch_ranges
 from aiozkconsumer.spark.schema import records_to_arrow
 from aiozkconsumer.testing import LocalCluster
 

@@ -18,8 +18,8 @@ import trustme
 from aiozkconsumer.config import kafka_security_from_properties
 from aiozkconsumer.records import TopicPartition
 from aiozkconsumer.spark.executor import ZkKafkaInputPartition
+from aiozkconsumer.spark.executor import input_partition as _input_partition
 from aiozkconsumer.spark.planning import OffsetRange, parse_source_options, security_properties
-from aiozkconsumer.spark.source import _input_partition
 
 CANARY = "spark-canary-91d2"
 

@@ -1,5 +1,8 @@
 """The executor side of the ``zkkafka`` source: one Spark task reads one offset range.
 
+The driver makes each task from the source options (:func:`input_partition`) and Spark
+pickles it to an executor.
+
 ``read`` runs in a Spark executor's Python worker. It fetches ``[start, end)`` of one
 partition straight from the partition's leader with a :class:`SimpleConsumer` and yields
 Arrow record batches in the Kafka source's schema, parsed straight from the fetched record
@@ -26,6 +29,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -35,7 +39,7 @@ from ..errors import BrokerNotAvailableError, OffsetOutOfRangeError
 from ..records import TopicPartition
 from ..simple_consumer import SimpleConsumer
 from .columns import RecordColumns
-from .planning import DataLossError
+from .planning import DataLossError, OffsetRange, SourceOptions, security_properties
 
 __all__ = [
     "ARROW_BATCH_BYTES",
@@ -44,6 +48,7 @@ __all__ = [
     "ExecutorConsumers",
     "ZkKafkaBatchPartition",
     "ZkKafkaInputPartition",
+    "input_partition",
     "read_offset_range",
 ]
 
@@ -105,7 +110,7 @@ class ZkKafkaBatchPartition(ZkKafkaInputPartition):
     """One task of a batch read (``spark.read.format("zkkafka")``).
 
     Read like :class:`ZkKafkaInputPartition`; it also says where the range's end may be
-    committed, for :func:`~aiozkconsumer.spark.source.commit_batch`.
+    committed, for :func:`~aiozkconsumer.spark.batch_reader.commit_batch`.
 
     Attributes:
         config: the group's consumer configuration.
@@ -114,6 +119,44 @@ class ZkKafkaBatchPartition(ZkKafkaInputPartition):
 
     config: ConsumerConfig | None = None
     commit_on_success: bool = False
+
+
+def input_partition(
+    options: SourceOptions, r: OffsetRange, bootstrap_servers: str, *, batch: bool = False
+) -> ZkKafkaInputPartition:
+    """The Spark task reading ``r``: what the executor needs, from the source options.
+
+    Args:
+        options: the source options.
+        r: the range.
+        bootstrap_servers: ``host:port,...`` of the brokers.
+        batch: a batch read's task (it also carries where its end may be committed).
+
+    Returns:
+        A ``ZkKafkaInputPartition``, or a ``ZkKafkaBatchPartition`` with ``batch``.
+    """
+    cfg = options.config
+    fields: dict[str, Any] = {
+        "topic": r.tp.topic,
+        "partition": r.tp.partition,
+        "start": r.start,
+        "end": r.end,
+        "bootstrap_servers": bootstrap_servers,
+        "include_headers": options.include_headers,
+        "fail_on_data_loss": options.fail_on_data_loss,
+        "client_id": cfg.effective_client_id,
+        "max_bytes": cfg.fetch_message_max_bytes,
+        "socket_timeout_ms": cfg.socket_timeout_ms,
+        "fetch_wait_max_ms": cfg.fetch_wait_max_ms,
+        "retry_backoff_ms": cfg.refresh_leader_backoff_ms,
+        "isolation_level": cfg.isolation_level,
+        "security_properties": security_properties(cfg),
+    }
+    if batch:
+        return ZkKafkaBatchPartition(
+            **fields, config=cfg, commit_on_success=options.commit_on_success
+        )
+    return ZkKafkaInputPartition(**fields)
 
 
 CONSUMER_IDLE_TIMEOUT_S = 300.0

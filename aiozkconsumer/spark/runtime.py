@@ -1,89 +1,89 @@
-"""An asyncio event loop in a background thread, for synchronous callers such as Spark.
+"""An event loop for synchronous callers such as Spark, through anyio's blocking portal.
 
 Spark calls a stream reader's methods synchronously, from the JVM-driven Python process of
 the source (``python_streaming_source_runner``). The group member behind the reader is a
 connector (``ZookeeperConsumerConnector`` or ``KafkaConsumerConnector``), which needs a
 running event loop to keep its session (ZooKeeper, or heartbeats to the group coordinator)
-and follow rebalances between those calls: :class:`LoopThread` keeps one running in a daemon
-thread and runs coroutines on it for the caller.
+and follow rebalances between those calls: :class:`LoopPortal` keeps one running in a daemon
+thread — ``anyio.from_thread.start_blocking_portal``, entered when it is made and exited when
+it is stopped — and runs coroutines on it for the caller. :func:`run_on_portal` does the same
+for one call that needs a loop only while it runs (a batch read's planning, ``commit_batch``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar, TypeVarTuple, Unpack
 
-from .._loops import close_loop
+from anyio.from_thread import start_blocking_portal
 
-__all__ = ["LoopThread"]
+__all__ = ["STOP_TIMEOUT_S", "LoopPortal", "run_on_portal"]
 
 log = logging.getLogger(__name__)
 
+STOP_TIMEOUT_S = 30.0
+"""How long stopping a :class:`LoopPortal` waits for its loop's thread to end, in seconds."""
+
 _T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
 
 
-class LoopThread:
-    """A private event loop running in a daemon thread.
+class LoopPortal:
+    """An event loop in a daemon thread, for synchronous callers: an anyio blocking portal.
 
-    A daemon thread, so that a process Spark ends without calling ``stop()`` on the reader
-    does not hang at exit waiting for it.
+    The portal (``start_blocking_portal``) is entered when this object is made and exited by
+    :meth:`stop`. Its thread is a daemon, so that a process Spark ends without calling
+    ``stop()`` on the reader does not hang at exit waiting for it.
 
     Args:
         name: the thread's name (shows in thread dumps and logs).
     """
 
     def __init__(self, name: str) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-        self._started.wait()
-
-    def _run(self) -> None:
-        loop = self._loop
-        asyncio.set_event_loop(loop)
-        loop.call_soon(self._started.set)
-        try:
-            loop.run_forever()
-        finally:
-            close_loop(loop)
+        self.name = name
+        self._exit = contextlib.ExitStack()
+        self._portal = self._exit.enter_context(start_blocking_portal("asyncio", name=name))
+        self._stopped = False
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        """The event loop."""
-        return self._loop
+    def running(self) -> bool:
+        """Whether the portal takes calls (it was not stopped)."""
+        return not self._stopped
 
-    @property
-    def alive(self) -> bool:
-        """Whether the loop's thread is running."""
-        return self._thread.is_alive()
-
-    def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
-        """Schedule a coroutine on the loop.
+    def start(
+        self, func: Callable[[Unpack[_Ts]], Awaitable[_T]], *args: *_Ts
+    ) -> concurrent.futures.Future[_T]:
+        """Start ``func(*args)`` as a task on the loop.
 
         Args:
-            coro: the coroutine.
+            func: an async function.
+            args: its arguments.
 
         Returns:
-            A future of its result.
+            A future of its result; cancelling the future cancels the task.
 
         Raises:
-            RuntimeError: the loop was stopped.
+            RuntimeError: the portal was stopped.
         """
-        if not self.alive:
-            coro.close()
-            raise RuntimeError("the event loop thread is stopped")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        if self._stopped:
+            raise RuntimeError(f"the event loop thread {self.name} is stopped")
+        return self._portal.start_task_soon(func, *args)
 
-    def run(self, coro: Coroutine[Any, Any, _T], timeout_s: float | None = None) -> _T:
-        """Run a coroutine on the loop and wait for its result (never from the loop itself).
+    def call(
+        self,
+        func: Callable[[Unpack[_Ts]], Awaitable[_T]],
+        *args: *_Ts,
+        timeout_s: float | None = None,
+    ) -> _T:
+        """Run ``func(*args)`` on the loop and wait for its result (never from the loop itself).
 
         Args:
-            coro: the coroutine.
+            func: an async function.
+            args: its arguments.
             timeout_s: the longest wait in seconds; ``None`` waits for ever.
 
         Returns:
@@ -91,25 +91,60 @@ class LoopThread:
 
         Raises:
             TimeoutError: it did not finish within ``timeout_s`` (it is then cancelled).
-            RuntimeError: the loop was stopped.
-            BaseException: whatever the coroutine raised.
+            RuntimeError: the portal was stopped.
+            BaseException: whatever ``func`` raised.
         """
-        future = self.submit(coro)
-        try:
-            return future.result(timeout_s)
-        except concurrent.futures.TimeoutError:
+        future = self.start(func, *args)
+        done, _ = concurrent.futures.wait([future], timeout_s)
+        if not done:
             future.cancel()
-            raise TimeoutError(f"no result within {timeout_s} s") from None
+            raise TimeoutError(f"no result within {timeout_s} s")
+        return future.result()
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the loop (its remaining tasks are cancelled) and join the thread. Idempotent."""
-        if self.alive:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                log.warning(
-                    "event loop thread %s did not stop in %.0f s", self._thread.name, timeout_s
-                )
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Cancel the loop's remaining tasks, exit the portal and join its thread. Idempotent;
+        never raises.
+
+        Waits at most ``timeout_s``: the portal is exited in a helper thread, so that a task
+        that does not end when cancelled is left behind in the daemon thread (with a warning)
+        instead of holding up Spark's call for good.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        exiting = threading.Thread(target=self._exit_portal, name=f"{self.name}-stop", daemon=True)
+        exiting.start()
+        exiting.join(timeout_s)
+        if exiting.is_alive():
+            log.warning("event loop thread %s did not stop in %g s", self.name, timeout_s)
+
+    def _exit_portal(self) -> None:
+        try:
+            # As the portal's own exit after an error: what still runs is cancelled, not
+            # waited for. A RuntimeError: the loop has ended already.
+            with contextlib.suppress(RuntimeError):
+                self._portal.call(self._portal.stop, True)
+            self._exit.close()
+        except Exception as e:
+            log.warning("stopping event loop thread %s failed: %r", self.name, e)
 
     def __repr__(self) -> str:
-        return f"<LoopThread {self._thread.name} [{'running' if self.alive else 'stopped'}]>"
+        return f"<LoopPortal {self.name} [{'running' if self.running else 'stopped'}]>"
+
+
+def run_on_portal(
+    name: str,
+    func: Callable[[Unpack[_Ts]], Awaitable[_T]],
+    *args: *_Ts,
+    timeout_s: float | None = None,
+) -> _T:
+    """:meth:`LoopPortal.call` on a portal of its own named ``name``, stopped afterwards.
+
+    Spark may reuse the process for other work: nothing of ours is left running in it.
+    Returns and raises what the call does (``TimeoutError`` past ``timeout_s``).
+    """
+    portal = LoopPortal(name)
+    try:
+        return portal.call(func, *args, timeout_s=timeout_s)
+    finally:
+        portal.stop()
