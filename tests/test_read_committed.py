@@ -37,6 +37,8 @@ from aiozkconsumer.kafka.transactions import READ_COMMITTED
 from aiozkconsumer.records import TopicPartition
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.testing.java_producer import JavaProducer, ProducedRecord
+from aiozkconsumer.tools.admin import GroupAdmin
+from aiozkconsumer.tools.kafka_groups import KafkaGroupAdmin
 
 pytestmark = pytest.mark.integration
 
@@ -250,6 +252,23 @@ async def test_the_latest_offset_under_read_committed_is_the_last_stable_offset(
             assert (at_lso.last_stable_offset, at_lso.high_watermark) == (lso, ends[tp.partition])
 
 
+async def _described_lag(
+    cluster: LocalCluster, coordinator: str, config: Any, isolation: str
+) -> dict[TopicPartition, int | None]:
+    """The lag ``groups describe`` shows, per partition, at ``isolation``."""
+    if coordinator == "kafka":
+        async with KafkaGroupAdmin(cluster.bootstrap_servers) as kafka_admin:
+            kafka_view = await kafka_admin.describe_group(
+                config.group_id, isolation_level=isolation
+            )
+        return {TopicPartition(p.topic, p.partition): p.lag for p in kafka_view.partitions}
+    async with GroupAdmin(
+        cluster.zookeeper_connect, bootstrap_servers=cluster.bootstrap_servers
+    ) as admin:
+        view = await admin.describe_group(config.group_id, isolation_level=isolation)
+    return {TopicPartition(p.topic, p.partition): p.lag for p in view.partitions}
+
+
 def _lag_gauges(reader: ConnectorReader) -> dict[int, float]:
     out: dict[int, float] = {}
     for metric in reader.connector.metrics:
@@ -294,6 +313,13 @@ async def test_lag_is_measured_to_the_last_stable_offset_and_commits_reach_the_l
                 committed = stats.committed_offsets.get(tp, 0)
                 assert stats.lag[tp] == lso - committed, tp
                 assert ends[tp.partition] - committed > stats.lag[tp]  # not the HW's lag
+            # `groups describe --isolation-level`: the same lag from outside the member.
+            for isolation, end_of in (("read_committed", stable), ("read_uncommitted", None)):
+                described = await _described_lag(any_cluster, coordinator, config, isolation)
+                for tp, lso in stable.items():
+                    end = lso if end_of is not None else ends[tp.partition]
+                    committed = stats.committed_offsets.get(tp, 0)
+                    assert described[tp] == end - committed, (isolation, tp)
             # Everything below the last stable offset, then nothing more while it is open.
             await reader.read_until(stable)
             await reader.read_for(QUIET_S)

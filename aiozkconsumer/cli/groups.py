@@ -317,6 +317,16 @@ def list_groups(
     "Kafka coordinator (OffsetFetch; ZooKeeper where Kafka has none). Not with "
     "--coordinator kafka, whose groups keep their offsets in Kafka.",
 )
+@click.option(
+    "--isolation-level",
+    "isolation_level",
+    type=click.Choice(["read_uncommitted", "read_committed"]),
+    default="read_uncommitted",
+    show_default=True,
+    help="LOG-END-OFFSET and LAG of a group whose members read with isolation.level="
+    "read_committed: the last stable offset instead of the high watermark, so records of "
+    "open transactions do not count as lag.",
+)
 @coordinator_option
 @cluster_options
 @output_option
@@ -329,6 +339,7 @@ def describe(
     state: bool,
     topics: tuple[str, ...],
     offsets_storage: str,
+    isolation_level: str,
     coordinator: str,
     zookeeper: str,
     bootstrap_server: str | None,
@@ -365,7 +376,7 @@ def describe(
         _kafka_bootstrap(ctx, bootstrap_server)  # refuses the ZooKeeper-only options
         if group is None:
             raise click.UsageError("Missing option '--group' / '-g'.", ctx)
-        _describe_kafka(ctx, group, topics, bootstrap_server, output)
+        _describe_kafka(ctx, group, topics, bootstrap_server, output, isolation_level)
         return
     if group is None and not all_groups:
         raise click.UsageError("Missing option '--group' / '-g' (or give --all-groups).", ctx)
@@ -386,6 +397,7 @@ def describe(
             name,
             topics=topics or None,
             offsets_storage="kafka" if offsets_storage == "kafka" else "zookeeper",
+            isolation_level=isolation_level,
         )
 
     async def go() -> list[GroupDescription | GroupMembers | GroupState]:
@@ -433,12 +445,15 @@ def _describe_kafka(
     topics: tuple[str, ...],
     bootstrap_server: str | None,
     output: str,
+    isolation_level: str,
 ) -> None:
     bootstrap = _kafka_bootstrap(ctx, bootstrap_server)
 
     async def go() -> KafkaGroupDescription:
         async with KafkaGroupAdmin(bootstrap, security=connection_security()[0]) as admin:
-            return await admin.describe_group(group, topics=topics or None)
+            return await admin.describe_group(
+                group, topics=topics or None, isolation_level=isolation_level
+            )
 
     description = run_async(go)
     if output == "json":

@@ -48,6 +48,7 @@ from .fetch_session import (
     FetchRequestData,
     FetchSessionHandler,
 )
+from .stable_offsets import list_offsets as list_offsets_at
 
 __all__ = ["EARLIEST", "LATEST", "FetchChannel", "KafkaClient"]
 
@@ -312,8 +313,15 @@ class KafkaClient:
                     )
         return result
 
-    async def log_end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    async def log_end_offsets(
+        self, tps: Iterable[TopicPartition], *, isolation_level: int = 0
+    ) -> dict[TopicPartition, int]:
         """Log end offsets of partitions, asking each partition's leader.
+
+        Args:
+            tps: the partitions.
+            isolation_level: ``0`` (read_uncommitted, default): the high watermark; ``1``
+                (read_committed): the last stable offset (ListOffsets v2+).
 
         Raises:
             NoBrokersError: metadata could not be refreshed from any broker.
@@ -330,7 +338,9 @@ class KafkaClient:
             by_leader.setdefault(leader, {})[tp] = LATEST
         result: dict[TopicPartition, int] = {}
         for leader, ts in by_leader.items():
-            result.update(await self.list_offsets(leader, ts))
+            result.update(
+                await list_offsets_at(self, leader, ts, isolation_level=isolation_level)
+            )
         return result
 
     def __repr__(self) -> str:

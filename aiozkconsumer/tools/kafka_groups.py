@@ -35,6 +35,7 @@ from ..errors import (
 from ..kafka.client import KafkaClient, aiokafka_security_kwargs
 from ..kafka.errors import AiokafkaError, IncompatibleBrokerVersion, error_name, is_retriable
 from ..kafka.group import PROTOCOL_TYPE, decode_assignment
+from ..kafka.transactions import READ_COMMITTED, READ_UNCOMMITTED
 from ..records import TopicPartition
 from ..security import KafkaSecurity
 from .admin import UnknownGroupError
@@ -382,7 +383,11 @@ class KafkaGroupAdmin(AsyncService):
         return [g for g in listings if g.state != "Dead"]
 
     async def describe_group(
-        self, group: str, *, topics: Iterable[str] | None = None
+        self,
+        group: str,
+        *,
+        topics: Iterable[str] | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> KafkaGroupDescription:
         """Describe a group: its state and members, per partition offset, log end offset, lag.
 
@@ -394,6 +399,9 @@ class KafkaGroupAdmin(AsyncService):
             group: the group id.
             topics: show only these topics; default: every topic the group has a committed
                 offset for or a member is assigned.
+            isolation_level: ``"read_committed"``: the log end offset is the last stable
+                offset (the lag a ``read_committed`` member has left); default the high
+                watermark.
 
         Returns:
             The description.
@@ -439,7 +447,12 @@ class KafkaGroupAdmin(AsyncService):
             partitions = await kafka.partitions_for_topics({tp.topic for tp in tps})
             existing = [tp for tp in tps if tp.partition in partitions.get(tp.topic, ())]
             if existing:
-                log_end = await kafka.log_end_offsets(existing)
+                log_end = await kafka.log_end_offsets(
+                    existing,
+                    isolation_level=READ_COMMITTED
+                    if isolation_level == "read_committed"
+                    else READ_UNCOMMITTED,
+                )
         return KafkaGroupDescription(
             group=group,
             state=str(state),

@@ -292,6 +292,7 @@ class DescribeTools(AdminSession):
         *,
         topics: Iterable[str] | None = None,
         offsets_storage: OffsetsStorage = "zookeeper",
+        isolation_level: str = "read_uncommitted",
     ) -> GroupDescription:
         """Describe a group: per partition its offset, log end offset, lag and owner.
 
@@ -305,6 +306,9 @@ class DescribeTools(AdminSession):
             offsets_storage: ``"zookeeper"`` reads the offset nodes; ``"kafka"`` asks the
                 group's coordinator (OffsetFetch) and falls back to ZooKeeper where Kafka has
                 no offset, as the original tools did.
+            isolation_level: ``"read_committed"``: the log end offset is the last stable
+                offset, so the lag is what a ``read_committed`` member has left to read
+                (records of open transactions do not count); default the high watermark.
 
         Returns:
             The description. A registration, owner or offset node that does not parse is
@@ -351,7 +355,7 @@ class DescribeTools(AdminSession):
                 await store.close()
             offsets.update({tp: o for tp, o in from_kafka.items() if o != NO_OFFSET})
         existing = [tp for tp in tps if tp.partition in partitions.get(tp.topic, ())]
-        log_end = await self.list_offsets(existing, "latest")
+        log_end = await self.list_offsets(existing, "latest", isolation_level=isolation_level)
         return GroupDescription(
             group=group,
             partitions=tuple(

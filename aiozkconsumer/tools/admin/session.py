@@ -21,6 +21,8 @@ from ..._concurrency import gather
 from ...cluster import ClusterView
 from ...errors import BrokerNotAvailableError, MalformedZookeeperDataError, NoBrokersError
 from ...kafka.client import EARLIEST, LATEST, KafkaClient
+from ...kafka.stable_offsets import list_offsets
+from ...kafka.transactions import READ_COMMITTED, READ_UNCOMMITTED
 from ...offsets import KafkaOffsetStore
 from ...records import TopicPartition
 from ...security import KafkaSecurity, ZookeeperSecurity
@@ -194,13 +196,20 @@ class AdminSession(AsyncService):
         return await self.cluster.partitions_for_topics(topics)
 
     async def list_offsets(
-        self, tps: Iterable[TopicPartition], which: Literal["earliest", "latest"]
+        self,
+        tps: Iterable[TopicPartition],
+        which: Literal["earliest", "latest"],
+        *,
+        isolation_level: str = "read_uncommitted",
     ) -> dict[TopicPartition, int]:
         """Ask each partition's leader for its earliest or latest (log end) offset.
 
         Args:
             tps: the partitions.
             which: ``"earliest"`` (log start offset) or ``"latest"`` (log end offset).
+            isolation_level: ``"read_uncommitted"`` (default: ``"latest"`` is the high
+                watermark) or ``"read_committed"`` (``"latest"`` is the last stable offset,
+                as a ``read_committed`` consumer's lag is measured; ListOffsets v2+).
 
         Returns:
             ``{tp: offset}`` for the partitions whose leader answered.
@@ -210,7 +219,11 @@ class AdminSession(AsyncService):
             KafkaConnectionError: no bootstrap broker answered.
             BrokerNotAvailableError: a partition has no leader, or its leader is unreachable.
         """
-        return await self._list_offsets(tps, EARLIEST if which == "earliest" else LATEST)
+        return await self._list_offsets(
+            tps,
+            EARLIEST if which == "earliest" else LATEST,
+            READ_COMMITTED if isolation_level == "read_committed" else READ_UNCOMMITTED,
+        )
 
     async def offsets_for_times(
         self, tps: Iterable[TopicPartition], timestamp_ms: int
@@ -239,7 +252,7 @@ class AdminSession(AsyncService):
         return await self._list_offsets(tps, timestamp_ms)
 
     async def _list_offsets(
-        self, tps: Iterable[TopicPartition], timestamp: int
+        self, tps: Iterable[TopicPartition], timestamp: int, isolation: int = READ_UNCOMMITTED
     ) -> dict[TopicPartition, int]:
         tps = sorted(set(tps))
         if not tps:
@@ -255,7 +268,9 @@ class AdminSession(AsyncService):
             by_leader.setdefault(leader, {})[tp] = timestamp
         result: dict[TopicPartition, int] = {}
         for leader, timestamps in sorted(by_leader.items()):
-            result.update(await kafka.list_offsets(leader, timestamps))
+            result.update(
+                await list_offsets(kafka, leader, timestamps, isolation_level=isolation)
+            )
         return result
 
     # -- groups --------------------------------------------------------------------------
