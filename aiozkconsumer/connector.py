@@ -277,6 +277,7 @@ class ZookeeperConsumerConnector(ConsumerConnector):
             window_s=self.connection_retry_window_s,
             give_up=lambda: self.closing,
             log_prefix=self.consumer_id_string,
+            logger=log,
         )
 
     async def _watch_session(self) -> None:

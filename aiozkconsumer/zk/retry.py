@@ -45,6 +45,7 @@ async def retry_until_connected(
     window_s: float,
     give_up: Callable[[], bool] = lambda: False,
     log_prefix: str = "",
+    logger: logging.Logger = log,
 ) -> _T:
     """Run a ZooKeeper step; after connection loss or session expiry, run it again.
 
@@ -59,6 +60,7 @@ async def retry_until_connected(
         window_s: how long to keep retrying, seconds.
         give_up: whether to stop retrying now (the member is closing).
         log_prefix: the member's consumer id, for the log.
+        logger: where each retry is logged (WARNING); default this module's.
 
     Returns:
         What ``op`` returned.
@@ -76,7 +78,7 @@ async def retry_until_connected(
             remaining = deadline - anyio.current_time()
             if remaining <= 0 or give_up():
                 raise
-            log.warning(
+            logger.warning(
                 "[%s] %s: %s; retrying when ZooKeeper is back (for up to %.0f s)",
                 log_prefix,
                 what,
