@@ -43,8 +43,8 @@ from aiozkconsumer.tools.kafka_groups import KafkaGroupAdmin
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
-COMMITTED = 3
-ABORTED = 3
+COMMITTED = 10
+ABORTED = 10
 PER_TRANSACTION = 6
 PLAIN = 2
 OPEN_RECORDS = 4
