@@ -212,3 +212,19 @@ def test_simple_tables_become_markdown_tables() -> None:
 def test_literal_block_markers_lose_a_colon() -> None:
     assert rst.convert_literal_markers("Usage::\n\n    code") == "Usage:\n\n    code"
     assert rst.convert_literal_markers("a: b\n::\n") == "a: b\n\n"
+
+
+# -- architecture -----------------------------------------------------------------------------
+
+gen_architecture = _load("gen_architecture")
+
+
+def test_architecture_module_map_is_generated_from_the_code() -> None:
+    current = _page("architecture.md")
+    assert gen_architecture.render(current) == current, "run: python docs/gen_architecture.py"
+
+
+def test_architecture_module_map_names_every_module() -> None:
+    text = _page("architecture.md")
+    for path in gen_architecture.modules():
+        assert f"| `{path.name}` |" in text, path
