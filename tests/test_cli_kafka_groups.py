@@ -462,7 +462,9 @@ class FakeKafka:
     async def partitions_for_topics(self, topics: Any) -> dict[str, tuple[int, ...]]:
         return dict.fromkeys(topics, (0,))
 
-    async def log_end_offsets(self, tps: Any) -> dict[TopicPartition, int]:
+    async def log_end_offsets(
+        self, tps: Any, isolation_level: int = 0
+    ) -> dict[TopicPartition, int]:
         return dict.fromkeys(tps, 9)
 
     def broker_address(self, node: int) -> str:
