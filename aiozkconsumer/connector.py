@@ -322,6 +322,10 @@ class ZookeeperConsumerConnector(ConsumerConnector):
                     session_id,
                 )
                 self.request_rebalance("new ZooKeeper session")
+            elif self.zk.state != "connected":
+                # A stale event: the connection dropped again before this task ran (the
+                # listener closed the gate then); the next event says what comes next.
+                continue
             else:
                 log.info("[%s] ZooKeeper session resumed", self.consumer_id_string)
                 gate.reopen()
