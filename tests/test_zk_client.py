@@ -106,3 +106,23 @@ def test_zkclient_listeners_can_be_added_before_start_and_removed() -> None:
     remove()
     remove()  # twice is harmless
     assert zk._state_listeners == []
+
+
+async def test_a_listener_added_after_the_session_exists_is_called() -> None:
+    """The connector adds its gate-closing listener once the client has started, when the
+    session already holds the (then empty) listener list: that list must be the client's own,
+    not a copy, or the listener is never called and records slip out after a drop."""
+    from aiozk.states import States
+
+    from aiozkconsumer.zk.client import _prompt_client
+
+    zk = ZkClient("127.0.0.1:1")
+    raw = _prompt_client("127.0.0.1:1", None, 6.0, zk.security, zk._state_listeners)
+    seen: list[str] = []
+    remove = zk.add_state_listener(seen.append)  # after the session was built
+    raw.session.state.transition_to(States.CONNECTED)
+    raw.session.state.transition_to(States.SUSPENDED)
+    assert seen == [States.CONNECTED, States.SUSPENDED]
+    remove()
+    raw.session.state.transition_to(States.CONNECTED)
+    assert seen == [States.CONNECTED, States.SUSPENDED]

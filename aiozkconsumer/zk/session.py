@@ -332,7 +332,10 @@ class _PromptSession(_AiozkSession):  # type: ignore[misc]  # aiozk is untyped
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        self.state = _ObservedStateMachine(self, state_listeners if state_listeners else [])
+        # The caller's list itself (an empty one too): listeners it adds later are called.
+        self.state = _ObservedStateMachine(
+            self, state_listeners if state_listeners is not None else []
+        )
         self.ssl_context = ssl_context
         self._auth = auth
         self._established = False
