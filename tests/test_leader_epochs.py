@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
-from aiozkconsumer import ConsumerConfig, fetcher
+from aiozkconsumer import ConsumerConfig, fetch_leaders
 from aiozkconsumer.cluster import KafkaClient
 from aiozkconsumer.errors import BrokerNotAvailableError
 from aiozkconsumer.fetcher import FetcherManager
@@ -217,7 +217,7 @@ async def test_a_fetch_at_a_stale_leader_epoch_is_fenced_and_recovers(
         answers.append(got[tp].epoch)
         return got
 
-    monkeypatch.setattr(fetcher, "leaders_and_epochs", stale_first)
+    monkeypatch.setattr(fetch_leaders, "leaders_and_epochs", stale_first)
     config = ConsumerConfig(group_id="epochs", zookeeper_connect=cluster.zookeeper_connect)
     queue: ChunkQueue = ChunkQueue(100)
     pti = partition_info(tp, queue)
