@@ -4,7 +4,7 @@ The CLI page (``docs/cli.md``) holds markers ``<!-- aiozkconsumer-help: groups d
 each is replaced at build time by the exact text ``aiozkconsumer groups describe --help``
 prints (80 columns, as a terminal), so the page can never drift from the code. A marker naming
 no command, or a command without a marker, is a build warning, which fails
-``mkdocs build --strict``. ``tests/test_docs.py`` uses the same functions.
+``mkdocs build --strict``. ``tests/unit/test_docs.py`` uses the same functions.
 """
 
 from __future__ import annotations

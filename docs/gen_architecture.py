@@ -2,7 +2,7 @@
 
 ``python docs/gen_architecture.py`` rewrites the map in place (the prose around it is kept);
 ``python docs/gen_architecture.py --check`` exits with status 1 if the page is out of date.
-``tests/test_docs.py`` runs the check, so the map cannot drift from the package: a module
+``tests/unit/test_docs.py`` runs the check, so the map cannot drift from the package: a module
 added, moved or removed, or a module docstring's first sentence changed, shows up here.
 
 Each row is ``| module | the first sentence of its docstring |``, one per module of

@@ -2,7 +2,7 @@
 
 ``python docs/gen_config.py`` rewrites the table in place (the prose around it is kept);
 ``python docs/gen_config.py --check`` exits with status 1 if the page is out of date.
-``tests/test_docs.py`` runs the check, so the page cannot drift from the code: after changing
+``tests/unit/test_docs.py`` runs the check, so the page cannot drift from the code: after changing
 a key, its default or its ``Attributes:`` entry, run this script.
 
 Each row is ``| dotted key | attribute | repr(default) or required | the docstring entry |``,

@@ -8,7 +8,7 @@ assignment strategy gave its owner nodes (:func:`infer_assignment_strategy`), wh
 rebalance succeeded (:func:`check_ownership`, ``VerifyConsumerRebalance``'s rules), what each
 member owns (:func:`member_assignments`), the thread ids the members subscribe with
 (:func:`subscribed_thread_ids`) and whether a group may be deleted
-(:func:`group_deletion_refusal`). Tested without servers (``tests/test_admin_judges.py``).
+(:func:`group_deletion_refusal`). Tested without servers (``tests/unit/test_admin_judges.py``).
 """
 
 from __future__ import annotations

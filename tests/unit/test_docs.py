@@ -22,7 +22,7 @@ from aiozkconsumer.cli import ExitCode
 from aiozkconsumer.config import ConsumerConfig
 from aiozkconsumer.metrics import ConsumerMetrics, Meter, prometheus_family
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
 

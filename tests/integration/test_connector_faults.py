@@ -190,7 +190,7 @@ async def test_zombie_paused_past_its_session_commits_nothing_and_hands_out_noth
         fetch_message_max_bytes=256,
         consumer_timeout_ms=500,
     )
-    member = Path(__file__).with_name("_member.py")
+    member = Path(__file__).resolve().parents[1] / "_member.py"
     other = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything runs
         [
             sys.executable,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))  # the benchmarks import each other by file name
 
 import _rebalance_report as report  # noqa: E402

@@ -608,7 +608,7 @@ def test_malformed_flexible_responses_are_refused(data: bytes, correlation_id: i
 
 # -- against Kafka's own serializers (Java) ------------------------------------------------
 
-JAVA_SOURCE = Path(__file__).with_name("_kafka_wire.java")
+JAVA_SOURCE = Path(__file__).resolve().parents[1] / "_kafka_wire.java"
 
 
 def _uuid(n: int) -> bytes:

@@ -719,7 +719,7 @@ def test_demo_runs_against_an_existing_cluster(zk_kafka_cluster: LocalCluster) -
         "--streams",
         "1",
         "--no-progress",
-        "--no-spark",  # tests/test_demo_spark.py runs the Spark section
+        "--no-spark",  # tests/integration/test_demo_spark.py runs the Spark section
     )
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[-1] == "RESULT: OK"

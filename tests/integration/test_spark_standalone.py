@@ -2,7 +2,7 @@
 in JVMs of their own (``spark_standalone_cluster``), and a ZooKeeper + Kafka 3.9 cluster.
 
 The Spark driver runs in a process of its own (``_spark_driver.py``, the venv's Python):
-the test process may hold a ``local[2]`` session already (``tests/test_spark.py``), and one
+the test process may hold a ``local[2]`` session already (``tests/integration/test_spark.py``), and one
 test SIGKILLs the driver. The Parquet file sink with its ``_spark_metadata`` log is
 exactly-once, so the table read back must hold every record of the topic exactly once; the
 group's offsets (ZooKeeper) must reach the log end.
@@ -34,7 +34,7 @@ from aiozkconsumer.zk.client import ZkClient
 # loaded 2-core machine a test may take minutes, not the ~40 s of an idle one.
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(600)]
 
-DRIVER = Path(__file__).with_name("_spark_driver.py")
+DRIVER = Path(__file__).resolve().parents[1] / "_spark_driver.py"
 PARTITIONS = 4
 WAIT_S = 180.0
 SESSION_TIMEOUT_MS = 6000

@@ -256,7 +256,7 @@ async def test_channel_forgets_a_coordinator_that_fails() -> None:
 
 # -- the boundary ----------------------------------------------------------------------
 
-PACKAGE = Path(__file__).resolve().parent.parent / "aiozkconsumer"
+PACKAGE = Path(__file__).resolve().parents[2] / "aiozkconsumer"
 OUTSIDE_THE_RULE = ("kafka", "testing")  # the adapter itself; the test kit is a user of aiokafka
 
 

@@ -307,7 +307,7 @@ async def test_zookeeper_cut_shorter_than_the_session_timeout_causes_no_rebalanc
 def _failure(report: ChaosReport) -> str:
     lines = [
         f"chaos run with seed {report.seed} failed; reproduce with "
-        f"{SEED_ENV}={report.seed} .venv/bin/pytest tests/test_chaos.py -k chaos_run",
+        f"{SEED_ENV}={report.seed} .venv/bin/pytest tests/integration/test_chaos.py -k chaos_run",
         report.summary(),
     ]
     lines += [f"  {a}" for a in report.result.anomalies[20:60]]

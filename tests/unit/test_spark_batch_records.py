@@ -1,7 +1,7 @@
 """``spark/batch_records.py``: the batch log's ZooKeeper node, path and JSON.
 
 Pure, without servers (``BatchMark`` and ``last_batch``, the Kafka encoding, are checked in
-``tests/test_spark_kafka_groups.py``).
+``tests/integration/test_spark_kafka_groups.py``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Without servers: which member states allow planning, and the member's life on its portal —
 joining, calls, leaving, a failed or hanging join — around a stand-in for the connector (the
-member only uses the connectors' common API). ``tests/test_spark.py`` and
-``tests/test_spark_kafka_groups.py`` run it against real groups.
+member only uses the connectors' common API). ``tests/integration/test_spark.py`` and
+``tests/integration/test_spark_kafka_groups.py`` run it against real groups.
 """
 
 from __future__ import annotations

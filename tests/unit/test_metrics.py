@@ -774,7 +774,7 @@ def test_without_prometheus_client_only_the_collector_fails(
 
 
 def test_docs_map_every_original_name_to_its_family() -> None:
-    text = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text(encoding="utf-8")
     row = re.compile(r"^\| `(\w+)` \|([\w ]*)\| `(\w+)` \| (\w+) \| (.*) \|$", re.MULTILINE)
     documented = {(m[1], m[3], m[4], m[5]) for m in row.finditer(text)}
     expected = {

@@ -28,7 +28,7 @@ from aiozkconsumer.zk import layout
 
 pytestmark = pytest.mark.integration
 
-SERVICE_PY = Path(__file__).resolve().parent.parent / "examples" / "service.py"
+SERVICE_PY = Path(__file__).resolve().parents[2] / "examples" / "service.py"
 PARTITIONS = 3
 
 

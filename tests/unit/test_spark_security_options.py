@@ -1,7 +1,7 @@
 """The zkkafka source's security options: the Kafka source's spelling, and what the executors get.
 
 Pure option handling (no SparkSession): the end-to-end read over SASL_SSL is in
-``tests/test_security_e2e.py``.
+``tests/integration/test_security_e2e.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def test_the_unit_tests_of_the_fetch_paths_pass_without_the_native_decoder() -> None:
@@ -31,7 +31,7 @@ def test_the_unit_tests_of_the_fetch_paths_pass_without_the_native_decoder() -> 
             "no:cacheprovider",
             "-k",
             "aiokafka or not native",  # the native-parametrized cases need the decoder
-            *[str(TESTS / f) for f in files],
+            *[str(next(TESTS.rglob(f))) for f in files],
         ],
         env=env,
         capture_output=True,

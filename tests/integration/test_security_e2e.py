@@ -7,7 +7,7 @@ and a second member takes over exactly at the commits; between them the three re
 (``async for``, ``batches()``, ``arrow_batches()``) are used. The brokers' request logs show
 the connections authenticated as the expected principal. Also: a Java ``KafkaConsumer`` and
 ours in one group over SASL_SSL, brokers found in ZooKeeper at their SASL_SSL endpoint, and
-the Spark source over SASL_SSL is in ``tests/test_spark_security.py``.
+the Spark source over SASL_SSL is in ``tests/integration/test_spark_security.py``.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ WAIT_S = 60.0
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """A local SparkSession (2 cores, UI off), as ``tests/test_spark.py``'s."""
+    """A local SparkSession (2 cores, UI off), as ``tests/integration/test_spark.py``'s."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     session = (

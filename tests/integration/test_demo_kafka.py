@@ -69,7 +69,7 @@ async def test_demo_with_a_kafka_coordinated_group_needs_only_bootstrap_servers(
         "--stall-timeout",
         "60",
         "--no-progress",
-        "--no-spark",  # tests/test_demo_spark.py runs the Spark section
+        "--no-spark",  # tests/integration/test_demo_spark.py runs the Spark section
     )
     result = await anyio.to_thread.run_sync(lambda: invoke(*args))
     assert result.exit_code == 0, result.output
