@@ -28,7 +28,7 @@ except ImportError as e:
         "pip install 'aiozkconsumer[arrow]'"
     ) from e
 
-from .kafka import native
+from .kafka.records import NativeColumns, Outcome, native_columns, take_columns
 from .records import MessageAndMetadata
 
 __all__ = ["ARROW_EXTRA", "ColumnBuilder", "kafka_arrow_schema"]
@@ -76,7 +76,7 @@ class ColumnBuilder:
     :meth:`add_records` (aiokafka's records of one record batch), :meth:`add_legacy_records`
     (a message set of magic 0 or 1) or :meth:`add_messages` (``MessageAndMetadata`` objects),
     then take a ``pyarrow.RecordBatch`` with :meth:`take_batch`. Rows keep the order they
-    were added in. With the native decoder (``kafka.native.AVAILABLE``) every row goes into
+    were added in. With the native decoder (``kafka/records.py``) every row goes into
     its Arrow buffers, which ``take_batch`` wraps without a copy; without it, into per-column
     lists. Not thread-safe; one per task.
 
@@ -91,7 +91,7 @@ class ColumnBuilder:
         self._schema = schema if schema is not None else kafka_arrow_schema(include_headers)
         # With the native decoder, rows go straight into Arrow buffers (kafka/_native.c);
         # the per-column lists below stay empty.
-        self._native: Any = native.NativeColumns(include_headers) if native.AVAILABLE else None
+        self._native: NativeColumns | None = native_columns(include_headers)
         self._reset()
 
     def _reset(self) -> None:
@@ -149,18 +149,18 @@ class ColumnBuilder:
             end: stop before a record at this offset or beyond.
 
         Returns:
-            ``(added, index, status, consumed)``: the rows added, the batch to read next, a
-            ``native.STATUS_*`` and the offset after the last row added or batch stepped
-            over (``-1`` when none).
+            ``(added, index, outcome, consumed)``: the rows added, the batch to read next, an
+            :class:`~aiozkconsumer.kafka.records.Outcome` value and the offset after the last
+            row added or batch stepped over (``-1`` when none).
 
         Raises:
             ValueError: a record does not parse and nothing was added in this call
-                (``native.MalformedBatch`` names the batch).
+                (``kafka.records.malformed_error`` turns it into the partition's error).
         """
         columns = self._native
         if columns is None:
             raise RuntimeError("add_native_batches needs the native decoder")
-        take = native.native.take_columns_from
+        take = take_columns
         total = 0
         consumed = -1
         while True:
@@ -171,7 +171,7 @@ class ColumnBuilder:
             if added:
                 total += added
                 self._add_run(topic, partition, timestamp_type, added)
-            if status != native.STATUS_TS_TYPE:
+            if status != Outcome.TS_TYPE:
                 return total, index, status, consumed
 
     def _add_run(self, topic: str, partition: int, timestamp_type: int, rows: int) -> None:
@@ -211,7 +211,9 @@ class ColumnBuilder:
             (added ones and those left out).
         """
         if self._native is not None:
-            return self._append_records(records, topic, partition, timestamp_type, min_offset)
+            return self._append_records(
+                self._native, records, topic, partition, timestamp_type, min_offset
+            )
         offsets, keys, values, timestamps = (
             self._offsets,
             self._keys,
@@ -264,6 +266,7 @@ class ColumnBuilder:
 
     def _append_records(
         self,
+        columns: NativeColumns,
         records: Iterable[Any],
         topic: str,
         partition: int,
@@ -271,7 +274,7 @@ class ColumnBuilder:
         min_offset: int,
     ) -> tuple[int, int]:
         """``add_records`` into the native buffers (records parsed by aiokafka)."""
-        append = self._native.append
+        append = columns.append
         headers = self.include_headers
         added = taken = 0
         for record in records:
@@ -386,7 +389,7 @@ class ColumnBuilder:
         """
         schema = self._schema
         if self._native is not None:
-            return self._take_native_batch(schema)
+            return self._take_native_batch(self._native, schema)
         rows = len(self._offsets)
         topic_column, partition_column, type_column = _run_columns(self._runs, rows)
         millis = np.fromiter(self._timestamps, np.int64, rows)
@@ -404,9 +407,9 @@ class ColumnBuilder:
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
-    def _take_native_batch(self, schema: pa.Schema) -> pa.RecordBatch:
+    def _take_native_batch(self, buffers: NativeColumns, schema: pa.Schema) -> pa.RecordBatch:
         """``take_batch`` over the native decoder's buffers (no copy of keys or values)."""
-        rows, offsets, timestamps, keys, values, headers = self._native.take()
+        rows, offsets, timestamps, keys, values, headers = buffers.take()
         topic_column, partition_column, type_column = _run_columns(self._runs, rows)
         columns = [
             _var_column(pa.binary(), rows, keys),
@@ -420,6 +423,7 @@ class ColumnBuilder:
             type_column,
         ]
         if self.include_headers:
+            assert headers is not None  # the buffers gather them too
             list_validity, list_offsets, list_nulls, entries, header_keys, header_values = headers
             list_type = schema.field("headers").type
             struct_type = list_type.value_type

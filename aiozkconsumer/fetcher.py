@@ -5,8 +5,8 @@ partition starts in the *no-leader* set; the leader finder refreshes metadata, h
 partition to the fetch loop of its leader (``(broker, fetcher id)`` with fetcher id
 ``abs(31*hash(topic)+partition) % num.consumer.fetchers``), and takes partitions back when a
 fetch fails for them. A fetch loop sends FetchRequests built by aiokafka's classes, reads the
-record batches' headers (and checks their CRCs) with the native record decoder
-(``kafka/native.py``; aiokafka's Cython ``MemoryRecords`` without it, or for a record set
+record batches' headers (and checks their CRCs) with the parser ``kafka/records.py`` chooses
+(the native record decoder; aiokafka's Cython ``MemoryRecords`` without it, or for a record set
 holding a magic 0/1 batch) and puts one ``FetchedDataChunk`` per partition into the
 partition's stream queue — a bounded queue, so a slow reader applies backpressure.
 
@@ -53,11 +53,10 @@ import functools
 import logging
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import anyio
-from aiokafka.record.memory_records import MemoryRecords
 
 from .cluster import EARLIEST, LATEST, KafkaClient
 from .epochs import (
@@ -74,17 +73,16 @@ from .errors import (
 )
 from .fetch_leaders import leader_epochs, validate_positions
 from .fetch_plan import FetchPlan, fetcher_id_for, plan_fetch
-from .kafka import native
 from .kafka.client import FetchChannel
-from .kafka.crc import SkippedBatch, corrupt_batches
+from .kafka.crc import SkippedBatch
 from .kafka.errors import PartitionError, classify_partition_error, error_name
 from .kafka.fetch_request import FetchPartition
+from .kafka.records import mark_aborted, read_record_set, unsupported_codec_error
 from .kafka.replicas import metadata_version, replica_online
 from .kafka.stable_offsets import list_offsets
 from .kafka.transactions import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
-    AbortedBatch,
     AbortedTransactions,
     stable_and_aborted,
 )
@@ -482,14 +480,9 @@ class ConsumerFetcher:
         transactions = (
             AbortedTransactions(aborted) if aborted and self.manager.read_committed else None
         )
-        parsed = native.parse_record_set(data, pti.tp, config.check_crcs)
-        if parsed is not None:
-            source: Iterable[Any] = parsed[0]
-            bad: dict[int, CorruptRecordError] | None = parsed[1]
-        else:
-            source = _batches(MemoryRecords(bytes(data)))
-            bad = corrupt_batches(data, pti.tp) if config.check_crcs else None
-        for batch in source:
+        record_set = read_record_set(data, pti.tp, config.check_crcs)
+        bad = record_set.corrupt
+        for batch in record_set.batches:
             if bad and batch.next_offset in bad:
                 e = bad[batch.next_offset]
                 if not self._skip_corrupt(pti, e, next_offset):
@@ -497,12 +490,9 @@ class ConsumerFetcher:
                     break
                 batch = SkippedBatch(e.offset, batch.next_offset)
             elif transactions and transactions.aborted(batch):
-                if type(batch) is native.NativeBatch:
-                    batch.mark_aborted()  # the native loops step over it
-                else:
-                    batch = AbortedBatch(batch.base_offset, batch.next_offset, batch.producer_id)
+                batch = mark_aborted(batch)  # readers step over it
             elif not batch.is_control_batch and (
-                unsupported := native.unsupported_codec_error(pti.topic, pti.partition, batch)
+                unsupported := unsupported_codec_error(pti.topic, pti.partition, batch)
             ):
                 corrupt = unsupported
                 break
@@ -987,12 +977,3 @@ class FetcherManager:
             f"{len(self.partition_map)} partitions, {len(self.fetchers)} fetchers, "
             f"{len(self._no_leader)} without leader]>"
         )
-
-
-def _batches(records: MemoryRecords) -> Iterator[Any]:
-    """aiokafka's batches of a record set, in order (a trailing partial batch left out)."""
-    while records.has_next():
-        batch = records.next_batch()
-        if batch is None:
-            return
-        yield batch

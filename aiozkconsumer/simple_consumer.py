@@ -13,8 +13,8 @@ It reads at either ``isolation.level``: ``read_committed`` fetches up to the las
 and drops the records of aborted transactions (``kafka/transactions.py``).
 
 Connections, metadata and the translation of aiokafka's errors are the Kafka adapter's
-(``kafka/client.py``, ``kafka/errors.py``); record batches are parsed with aiokafka's
-``MemoryRecords`` as in ``fetcher.py``. A batch compressed with a codec that cannot be
+(``kafka/client.py``, ``kafka/errors.py``); record batches are parsed by the parser
+``kafka/records.py`` chooses, as in ``fetcher.py``. A batch compressed with a codec that cannot be
 decompressed here raises :class:`~aiozkconsumer.errors.UnsupportedCodecError`.
 """
 
@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiokafka.protocol.fetch import FetchRequest
-from aiokafka.record.memory_records import MemoryRecords
 
 from ._resource import AsyncService
 from .cluster import EARLIEST, LATEST, KafkaClient
@@ -40,14 +39,13 @@ from .errors import (
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
-from .kafka import native
-from .kafka.crc import corrupt_batches
 from .kafka.errors import (
     RECORD_PARSE_ERRORS,
     PartitionError,
     classify_partition_error,
     error_name,
 )
+from .kafka.records import append_messages, read_record_set, unsupported_codec_error
 from .kafka.stable_offsets import list_offsets
 from .kafka.transactions import (
     READ_UNCOMMITTED,
@@ -166,21 +164,15 @@ def parse_records(
     """
     if not data:
         return [], fetch_offset
-    memory_records = MemoryRecords(bytes(data))
+    record_set = read_record_set(data, tp, check_crcs)
     records: list[MessageAndMetadata] = []
     next_offset = fetch_offset
     complete = False
     topic, partition = tp.topic, tp.partition
-    bad = corrupt_batches(data, tp) if check_crcs else None
+    bad = record_set.corrupt
     transactions = AbortedTransactions(aborted) if aborted is not None else None
-    append = records.append
-    new = tuple.__new__
-    mam = MessageAndMetadata
     try:
-        while memory_records.has_next():
-            batch = memory_records.next_batch()
-            if batch is None:
-                break
+        for batch in record_set.batches:
             if bad and batch.next_offset in bad:
                 if next_offset > fetch_offset:
                     break  # the records before it go out; the next fetch raises
@@ -193,37 +185,15 @@ def parse_records(
                 complete = True
                 next_offset = max(next_offset, batch.next_offset)
                 continue
-            if batch.next_offset > fetch_offset:
-                unsupported = native.unsupported_codec_error(topic, partition, batch)
-                if unsupported is not None:
-                    if next_offset > fetch_offset:
-                        break  # the records before it go out; the next fetch raises
-                    raise unsupported
+            wanted = batch.next_offset > fetch_offset
+            if wanted and (unsupported := unsupported_codec_error(topic, partition, batch)):
+                if next_offset > fetch_offset:
+                    break  # the records before it go out; the next fetch raises
+                raise unsupported
             complete = True
             next_offset = max(next_offset, batch.next_offset)
-            for record in batch:
-                offset = record.offset
-                if offset < fetch_offset:
-                    continue
-                timestamp = record.timestamp
-                timestamp_type = record.timestamp_type
-                headers = record.headers
-                # tuple.__new__ skips NamedTuple's Python-level __new__: this runs per record.
-                append(
-                    new(
-                        mam,
-                        (
-                            topic,
-                            partition,
-                            offset,
-                            record.key,
-                            record.value,
-                            timestamp if timestamp is not None else -1,
-                            timestamp_type if timestamp_type is not None else -1,
-                            tuple(headers) if headers else (),
-                        ),
-                    )
-                )
+            if wanted:
+                append_messages(batch, records, topic, partition, fetch_offset)
     except RECORD_PARSE_ERRORS as e:
         raise corrupt_record_error(tp, next_offset, e) from e
     if not complete:

@@ -26,8 +26,13 @@ from .errors import (
     UnsupportedCodecError,
 )
 from .interceptors import Interceptors
-from .kafka import native
-from .kafka.native import NativeBatch
+from .kafka.records import (
+    Outcome,
+    decompress_at,
+    malformed_error,
+    reads_natively,
+    take_messages,
+)
 from .queues import SHUTDOWN_COMMAND, ChunkQueue, _ShutdownCommand
 from .records import FetchedDataChunk, MessageAndMetadata, PartitionTopicInfo
 
@@ -47,6 +52,11 @@ __all__ = [
 
 
 Decoder = Callable[[bytes], Any]
+
+# The take loop's outcomes that _poll tests after each call (for __anext__, once per record),
+# bound once here as plain ints: looking a member up on its IntEnum class costs about 0.1 us
+# (Python 3.11), and comparing an int with a member a subclass check.
+_GATE, _FULL, _ERROR = int(Outcome.GATE), int(Outcome.FULL), int(Outcome.ERROR)
 
 
 def _gate_closed(pti: PartitionTopicInfo) -> bool:
@@ -98,6 +108,7 @@ class ConsumerIterator:
         "_deferred",
         "_done",
         "_key_decoder",
+        "_native",
         "_overlap",
         "_pending",
         "_pti",
@@ -122,6 +133,7 @@ class ConsumerIterator:
         self._pti: PartitionTopicInfo | None = None
         self._batches: list[Any] | None = None
         self._index = 0  # the next batch of _batches to read
+        self._native = False  # the chunk holds native batches: the take loop reads them
         self._recs: Iterator[Any] | None = None  # the records left in an aiokafka batch
         self._timestamp_type: int | None = None  # of the current batch; None: per record
         self._overlap = False  # the current batch starts below the consumed offset
@@ -171,6 +183,7 @@ class ConsumerIterator:
         self._pti = pti
         batches = chunk.batches
         self._batches = batches if type(batches) is list else list(batches)
+        self._native = reads_natively(self._batches)
         self._index = 0
         self._recs = None
 
@@ -198,17 +211,12 @@ class ConsumerIterator:
                 pti.consumed_offset = batch.next_offset
             self._index = index + 1
             return True
-        if type(batch) is NativeBatch:
-            if not batch.compression:
-                raise RuntimeError(f"{batch!r} reached the record-by-record path")
-            # Decompressed here, as aiokafka's batches decompress when first read; the
-            # native loop reads it next.
-            try:
-                batches[index] = native.decompressed(batch)
-            except ValueError as e:
-                self.clear_current_chunk()
-                raise native.malformed_error(pti.topic, pti.partition, batch, e) from None
-            return True
+        try:
+            if decompress_at(batches, index, pti.topic, pti.partition):
+                return True  # a compressed native batch, decompressed: the take loop reads it
+        except (CorruptRecordError, UnsupportedCodecError):
+            self.clear_current_chunk()
+            raise
         self._index = index + 1
         # A record batch is its own iterator and may be iterated only once (aiokafka's
         # Cython batches assert it): wrap its __next__ in a C iterator that for-loops can
@@ -279,19 +287,19 @@ class ConsumerIterator:
             if pti is not None and self._released(pti):
                 continue
             recs = self._recs
-            if pti is not None and recs is None and native.AVAILABLE:
+            if pti is not None and recs is None and self._native:
                 # Between batches: the native decoder reads what it can in one call.
                 if _gate_closed(pti):
                     return pti
                 got, status = self._take_native(pti, out, limit - n, plain)
                 n += got
-                if status == native.STATUS_GATE:
+                if status == _GATE:
                     return pti
-                if status == native.STATUS_ERROR:
+                if status == _ERROR:
                     return None  # the records read go out; the next call raises
-                if status == native.STATUS_FULL or n >= limit:
+                if status == _FULL or n >= limit:
                     continue
-                # STATUS_DONE or STATUS_FOREIGN: the Python path takes the next item.
+                # Outcome.DONE or FOREIGN: the Python path takes the next item.
             if pti is None or recs is None:
                 if not self._refill():
                     return None
@@ -356,13 +364,15 @@ class ConsumerIterator:
 
         The decoder reads batch after batch from ``_index`` on, checks the gate's deadline
         before every record and steps over control batches and those marked aborted.
-        Returns ``(appended, status)`` (a ``native.STATUS_*``); the consumed offset advances
-        past what was read.
+        Returns ``(appended, outcome)`` (an :class:`~aiozkconsumer.kafka.records.Outcome`
+        value); the consumed offset advances past what was read.
         """
+        batches = self._batches
+        assert batches is not None  # a chunk is current
         target = out if plain else []
         try:
-            got, self._index, status, consumed = native.native.take_messages_from(
-                self._batches,
+            got, self._index, status, consumed = take_messages(
+                batches,
                 self._index,
                 target,
                 MessageAndMetadata,
@@ -373,9 +383,9 @@ class ConsumerIterator:
                 pti.gate.deadline,
             )
         except ValueError as e:
-            batch = self._batches[self._index] if self._batches else None
+            batch = batches[self._index] if batches else None
             self.clear_current_chunk()
-            raise native.malformed_error(pti.topic, pti.partition, batch, e) from None
+            raise malformed_error(pti.topic, pti.partition, batch, e) from None
         if not plain:
             kd, vd = self._key_decoder, self._value_decoder
             for m in target:
@@ -424,14 +434,14 @@ class ConsumerIterator:
                 except ValueError as e:
                     batch = self._batches[self._index]
                     self.clear_current_chunk()
-                    raise native.malformed_error(pti.topic, pti.partition, batch, e) from None
+                    raise malformed_error(pti.topic, pti.partition, batch, e) from None
                 if consumed > pti.consumed_offset:
                     pti.consumed_offset = consumed
                 self._count += added
                 n += added
-                if status == native.STATUS_ERROR:
+                if status == _ERROR:
                     return None  # the rows read go out; the next call raises
-                if status == native.STATUS_FULL or n >= limit:
+                if status == _FULL or n >= limit:
                     continue
             recs = self._recs
             if pti is None or recs is None:
@@ -556,6 +566,7 @@ class ConsumerIterator:
         self._flush_meters()
         self._pti = None
         self._batches = None
+        self._native = False
         self._index = 0
         self._recs = None
         self._pending = None

@@ -18,12 +18,17 @@ readers, from a batch header, that a codec cannot be decoded here (``cramjam`` m
 before they hand anything of the batch out. Where the extension was not built (no
 C compiler at install time) or ``AIOZKCONSUMER_NATIVE=0`` is set, :data:`AVAILABLE` is false
 and every path uses aiokafka's (Cython) parser, with the same results.
+
+This module wraps the extension (typed by ``_native.pyi``); which parser reads a fetched record
+set, for every reader, is decided in :mod:`aiozkconsumer.kafka.records`, which the readers
+outside ``kafka/`` use instead.
 """
 
 from __future__ import annotations
 
+import enum
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import aiokafka.codec
 from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
@@ -44,6 +49,7 @@ __all__ = [
     "NativeBatch",
     "NativeColumns",
     "MissingCodecError",
+    "Outcome",
     "codec_available",
     "compression_of",
     "decompressed",
@@ -53,35 +59,58 @@ __all__ = [
     "unsupported_codec_error",
 ]
 
-native: Any
-try:
-    if os.environ.get("AIOZKCONSUMER_NATIVE", "1") == "0":
-        raise ImportError("disabled by AIOZKCONSUMER_NATIVE=0")
-    from . import _native as native  # type: ignore[attr-defined,no-redef]
-except ImportError:
-    native = None
+if TYPE_CHECKING:
+    # Typed by _native.pyi. At run time ``native`` is None when AVAILABLE is false (and
+    # NativeBatch is ``type(None)``, NativeColumns None): callers check AVAILABLE first.
+    from . import _native as native
+    from ._native import Batch as NativeBatch
+    from ._native import Columns as NativeColumns
+else:
+    try:
+        if os.environ.get("AIOZKCONSUMER_NATIVE", "1") == "0":
+            raise ImportError("disabled by AIOZKCONSUMER_NATIVE=0")
+        from . import _native as native
+    except ImportError:
+        native = None
+    # ``type(None)`` when unavailable, so that ``type(batch) is NativeBatch`` is false.
+    NativeBatch = native.Batch if native is not None else type(None)
+    NativeColumns = native.Columns if native is not None else None
 
 AVAILABLE: bool = native is not None
 """Whether the native decoder is in use (built, and not disabled by ``AIOZKCONSUMER_NATIVE=0``)."""
 
-NativeBatch: Any = native.Batch if native is not None else type(None)
-"""The native batch type (``type(None)`` when unavailable, so ``isinstance`` checks are false)."""
-NativeColumns: Any = native.Columns if native is not None else None
 
-STATUS_DONE = 0
-"""The batch's records are used up."""
-STATUS_FULL = 1
-"""``limit`` records were taken (or the columns reached 2 GiB of keys or values)."""
-STATUS_GATE = 2
-"""The ownership gate's deadline passed before the next record."""
-STATUS_END = 3
-"""The next record is at ``end_offset`` or beyond."""
-STATUS_FOREIGN = 4
-"""The next batch is not one the native loop reads (compressed, aiokafka's, skipped)."""
-STATUS_TS_TYPE = 5
-"""The next batch's timestamp type differs from the rows added in this call."""
-STATUS_ERROR = 6
-"""A record did not parse after others were read: they are handed over, the next call raises."""
+class Outcome(enum.IntEnum):
+    """Why a native take loop (``take_messages_from``, ``take_columns_from``) stopped.
+
+    The loops return the plain ``int`` (``_native.c``'s ``STATUS_*``, equal to these values);
+    compare it with the members. Readers get it through :mod:`aiozkconsumer.kafka.records`.
+    """
+
+    DONE = 0
+    """The list of batches is used up."""
+    FULL = 1
+    """``limit`` records were taken (or the columns reached 2 GiB of keys or values)."""
+    GATE = 2
+    """The ownership gate's deadline passed before the next record."""
+    END = 3
+    """The next record is at ``end_offset`` or beyond."""
+    FOREIGN = 4
+    """The next batch is not one the native loop reads (compressed, aiokafka's, skipped)."""
+    TS_TYPE = 5
+    """The next batch's timestamp type differs from the rows added in this call."""
+    ERROR = 6
+    """A record did not parse after others were read: they are handed over, the next call raises."""
+
+
+# The extension's own names for the outcomes.
+STATUS_DONE: Final = Outcome.DONE
+STATUS_FULL: Final = Outcome.FULL
+STATUS_GATE: Final = Outcome.GATE
+STATUS_END: Final = Outcome.END
+STATUS_FOREIGN: Final = Outcome.FOREIGN
+STATUS_TS_TYPE: Final = Outcome.TS_TYPE
+STATUS_ERROR: Final = Outcome.ERROR
 
 _CODECS = {1: gzip_decode, 2: snappy_decode, 3: lz4_decode, 4: zstd_decode}
 

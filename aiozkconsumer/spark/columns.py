@@ -3,7 +3,7 @@
 An executor of the ``zkkafka`` source reads an offset range of one partition and hands Spark
 Arrow record batches. Going through :class:`~aiozkconsumer.records.MessageAndMetadata`
 would build a tuple per record only to take it apart again column by column; instead
-:class:`RecordColumns` has the native decoder (``kafka/native.py``) append each record's
+:class:`RecordColumns` has the native decoder (``kafka/records.py``) append each record's
 key and value to Arrow buffers straight from the fetched bytes, batch after batch
 (:class:`aiozkconsumer.columns.ColumnBuilder`, shared with ``KafkaStream.arrow_batches``),
 and turns them into a ``pyarrow.RecordBatch`` in
@@ -21,14 +21,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from aiokafka.record.default_records import DefaultRecordBatch
-from aiokafka.record.memory_records import MemoryRecords
-
 from ..columns import ColumnBuilder
-from ..errors import CorruptRecordError
-from ..kafka import native
-from ..kafka.crc import check_record_set
 from ..kafka.errors import RECORD_PARSE_ERRORS
+from ..kafka.records import (
+    Outcome,
+    decompress_at,
+    malformed_error,
+    read_record_set,
+    unsupported_codec_error,
+)
 from ..kafka.transactions import AbortedTransactions, drop_aborted
 from ..records import TopicPartition
 from ..simple_consumer import corrupt_record_error, message_too_large_error
@@ -92,23 +93,20 @@ class RecordColumns(ColumnBuilder):
         """
         if not data:
             return fetch_offset
-        if self.native_decoder:
-            parsed = native.parse_record_set(data, self.tp, True)  # check.crcs, always on
-            if parsed is not None:
-                if aborted:
-                    drop_aborted(parsed[0], aborted)  # marked: the native loops step over
-                return self._add_native_fetch(parsed, fetch_offset, end, max_bytes)
-        check_record_set(data, self.tp)  # check.crcs, always on for Spark: raises
-        memory_records = MemoryRecords(bytes(data))
+        record_set = read_record_set(data, self.tp, True)  # check.crcs, always on for Spark
+        if record_set.corrupt:
+            raise record_set.corrupt[min(record_set.corrupt)]  # the first corrupt batch
+        batches = record_set.native_batches
+        if batches is not None:
+            if aborted:
+                drop_aborted(batches, aborted)  # marked: the native loops step over
+            return self._add_native_fetch(batches, fetch_offset, end, max_bytes)
         next_offset = fetch_offset
         complete = False
         topic, partition = self.tp.topic, self.tp.partition
         transactions = AbortedTransactions(aborted) if aborted else None
         try:
-            while memory_records.has_next():
-                batch = memory_records.next_batch()
-                if batch is None:
-                    break
+            for batch in record_set.batches:
                 complete = True
                 batch_next = batch.next_offset
                 next_offset = max(next_offset, batch_next)
@@ -116,20 +114,21 @@ class RecordColumns(ColumnBuilder):
                     continue
                 if batch_next <= fetch_offset or batch.is_control_batch:
                     continue
-                unsupported = native.unsupported_codec_error(topic, partition, batch)
+                unsupported = unsupported_codec_error(topic, partition, batch)
                 if unsupported is not None:
                     raise unsupported
-                if not isinstance(batch, DefaultRecordBatch):
+                timestamp_type = getattr(batch, "timestamp_type", None)
+                if timestamp_type is None:  # a message set of magic 0 or 1: per record
                     self.add_legacy_records(batch, topic, partition, fetch_offset, end)
                     continue
                 if batch.base_offset >= fetch_offset and batch_next <= end:
-                    self.add_records(batch, topic, partition, batch.timestamp_type)
+                    self.add_records(batch, topic, partition, timestamp_type)
                 else:
                     self.add_records(
                         (r for r in batch if r.offset < end),
                         topic,
                         partition,
-                        batch.timestamp_type,
+                        timestamp_type,
                         fetch_offset,
                     )
         except RECORD_PARSE_ERRORS as e:
@@ -139,16 +138,9 @@ class RecordColumns(ColumnBuilder):
         return next_offset
 
     def _add_native_fetch(
-        self,
-        parsed: tuple[list[Any], dict[int, CorruptRecordError]],
-        fetch_offset: int,
-        end: int,
-        max_bytes: int,
+        self, batches: list[Any], fetch_offset: int, end: int, max_bytes: int
     ) -> int:
-        """``add_fetch`` through the native decoder (``kafka.native``), batch after batch."""
-        batches, corrupt = parsed
-        if corrupt:
-            raise corrupt[min(corrupt)]  # the first corrupt batch, as check_record_set
+        """``add_fetch`` through the native decoder's take loop, batch after batch."""
         if not batches:
             raise message_too_large_error(self.tp, fetch_offset, max_bytes)
         topic, partition = self.tp.topic, self.tp.partition
@@ -159,14 +151,11 @@ class RecordColumns(ColumnBuilder):
                     batches, index, topic, partition, fetch_offset, end=end
                 )
             except ValueError as e:
-                raise native.malformed_error(topic, partition, batches[index], e) from e
-            if status == native.STATUS_FOREIGN:  # compressed: decompressed, then read
-                try:
-                    batches[index] = native.decompressed(batches[index])
-                except ValueError as e:
-                    raise native.malformed_error(topic, partition, batches[index], e) from e
-            elif status == native.STATUS_ERROR:
+                raise malformed_error(topic, partition, batches[index], e) from e
+            if status == Outcome.FOREIGN:  # compressed: decompressed, then read
+                decompress_at(batches, index, topic, partition)
+            elif status == Outcome.ERROR:
                 continue  # the next call raises at the bad record
-            elif status != native.STATUS_DONE:
-                break  # STATUS_END: the records wanted are in
+            elif status != Outcome.DONE:
+                break  # Outcome.END: the records wanted are in
         return max(fetch_offset, int(batches[-1].next_offset))
