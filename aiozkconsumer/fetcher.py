@@ -330,7 +330,9 @@ class ConsumerFetcher:
                     await anyio.sleep(backoff_s)
                     continue
                 except BrokerNotAvailableError as e:
-                    log.warning("fetch from broker %s failed: %s", self.node_id, e)
+                    # The error names the broker and the request ("fetch from broker 0
+                    # failed: ..."): logged as it is, not wrapped in a second prefix.
+                    log.warning("%s; its partitions go back to the leader finder", e)
                     manager.read_replicas.on_failure(self.partitions)
                     self._remove_with_error(list(self.partitions))
                     await anyio.sleep(backoff_s)

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import sys
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
@@ -166,14 +167,23 @@ async def _reach_kafka(
     connect: Callable[[], Awaitable[object]], where: str, timeout_ms: int
 ) -> None:
     """Connect to the brokers within ``socket.timeout.ms``, or fail with exit status 3."""
+    started = time.monotonic()
     try:
         with anyio.fail_after(timeout_ms / 1000):
             await connect()
     except NoBrokersError:
         raise
-    except (BrokerNotAvailableError, TimeoutError):
+    except TimeoutError:
         raise CliError(
-            f"could not reach any Kafka broker at {where} within socket.timeout.ms={timeout_ms}",
+            f"could not reach any Kafka broker at {where}: no answer within "
+            f"socket.timeout.ms={timeout_ms}",
+            ExitCode.UNREACHABLE,
+        ) from None
+    except BrokerNotAvailableError:
+        # Refused or reset before the timeout: say so, and after how long, not the timeout.
+        raise CliError(
+            f"could not reach any Kafka broker at {where}: refused or closed the connection "
+            f"(after {time.monotonic() - started:.1f} s, not a timeout)",
             ExitCode.UNREACHABLE,
         ) from None
 
@@ -236,8 +246,8 @@ SimpleConsumer: no group, nothing registered in ZooKeeper, nothing committed.
 those written outside transactions), up to the last stable offset, as the Java console
 consumer with --isolation-level; the default, read_uncommitted, prints every record.
 
-Brokers that cannot be reached within socket.timeout.ms, or none registered, give exit status
-3. A --topic that does not exist is waited for, with one warning.
+Brokers that refuse the connection or do not answer within socket.timeout.ms, or none
+registered, give exit status 3. A --topic that does not exist is waited for, with one warning.
 
 \b
 --format tokens (kcat's; nothing is added after a record: end with \\n):
