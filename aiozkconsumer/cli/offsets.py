@@ -245,7 +245,8 @@ def export(
       /consumers/<group>/offsets/<topic>/<partition>:<offset>
 
     The summary goes to stderr (text) or stdout (json); with --output-file - the
-    offsets themselves go to stdout.
+    offsets themselves go to stdout, in the file's format (text) or in the JSON document
+    (json, its "file" then "-").
     """
 
     async def go() -> list[OffsetEntry]:
@@ -253,34 +254,34 @@ def export(
             return await admin.export_offsets(group_ids or None)
 
     entries = run_async(go)
-    text = format_offsets_file(entries)
-    if str(output_file) == "-":
-        click.echo(text, nl=False)
-    else:
+    to_stdout = str(output_file) == "-"
+    if not to_stdout:
         try:
-            output_file.write_text(text, encoding="utf-8")
+            output_file.write_text(format_offsets_file(entries), encoding="utf-8")
         except OSError as e:
             raise CliError(f"cannot write {output_file}: {e.strerror}", ExitCode.USAGE) from None
     groups = sorted({e.group for e in entries})
     if output == "json":
-        if str(output_file) != "-":
-            echo_json(
-                {
-                    "file": str(output_file),
-                    "groups": groups,
-                    "offsets": [
-                        {
-                            "group": e.group,
-                            "topic": e.topic,
-                            "partition": e.partition,
-                            "offset": e.offset,
-                            "path": e.path,
-                        }
-                        for e in entries
-                    ],
-                }
-            )
+        # -o json means JSON on stdout, with --output-file - too: the offsets are in it.
+        echo_json(
+            {
+                "file": str(output_file),
+                "groups": groups,
+                "offsets": [
+                    {
+                        "group": e.group,
+                        "topic": e.topic,
+                        "partition": e.partition,
+                        "offset": e.offset,
+                        "path": e.path,
+                    }
+                    for e in entries
+                ],
+            }
+        )
         return
+    if to_stdout:
+        click.echo(format_offsets_file(entries), nl=False)
     click.echo(
         f"exported {len(entries)} offsets of {len(groups)} groups to {output_file}", err=True
     )

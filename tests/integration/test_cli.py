@@ -437,6 +437,12 @@ async def test_export_then_import_round_trips_offsets_exactly(
         "offset": 4711,
         "path": f"/consumers/{g1}/offsets/topic-x/1",
     }
+    # -o json with --output-file -: the JSON document on stdout, not the file's lines.
+    to_stdout = await ainvoke(
+        "offsets", "export", "--zookeeper", zk, "-f", "-", "-g", g1, "-g", g2, "-o", "json"
+    )
+    assert to_stdout.exit_code == 0, to_stdout.output
+    assert json.loads(to_stdout.stdout) == {**summary, "file": "-"}
 
 
 @integration
