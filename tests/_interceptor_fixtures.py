@@ -1,4 +1,5 @@
-"""Interceptor classes for ``tests/unit/test_interceptors.py``, loaded by name via ``from_config``."""
+"""Interceptor classes for ``tests/unit/test_interceptors.py``, loaded by name via
+``from_config``."""
 
 from __future__ import annotations
 

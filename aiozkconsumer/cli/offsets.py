@@ -350,8 +350,30 @@ def import_(
         click.echo(f"imported {written} offsets from {input_file}")
 
 
+_RESET_ONLY = ("--to-datetime", "--to-offset", "--shift-by", "--by-duration", "--from-file")
+"""Targets of ``offsets reset`` that ``offsets update`` (earliest or latest only) lacks."""
+
+
+class _UpdateCommand(click.Command):
+    """``offsets update``, pointing at ``offsets reset`` when given one of its targets."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for arg in args:
+            name = arg.split("=", 1)[0]
+            if name in _RESET_ONLY:
+                raise click.UsageError(
+                    f"offsets update sets the earliest or latest offsets only; {name} is an "
+                    "option of 'offsets reset' (kafka-consumer-groups --reset-offsets), e.g. "
+                    f"'aiozkconsumer offsets reset --group G --topic T {name} ... --execute'",
+                    ctx,
+                )
+        return super().parse_args(ctx, args)
+
+
 @offsets.command(
-    "update", short_help="Set offsets to the earliest or latest ones (UpdateOffsetsInZK)."
+    "update",
+    cls=_UpdateCommand,
+    short_help="Set offsets to the earliest or latest ones (UpdateOffsetsInZK).",
 )
 @click.argument("to", type=click.Choice(["earliest", "latest"]))
 @click.option("--group", "-g", required=True, type=NAME, help="The consumer group.")
@@ -371,6 +393,9 @@ def update(
 
     Each partition's leader is asked for its log start (earliest) or log end (latest)
     offset, which is written to /consumers/<group>/offsets/<topic>/<partition>.
+
+    Other targets (an offset, a shift, a datetime, a duration, a file) and dry runs:
+    'offsets reset'.
     """
 
     async def go() -> tuple[dict[int, int], bool]:

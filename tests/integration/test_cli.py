@@ -800,3 +800,15 @@ async def test_consume_max_messages_commits_exactly_what_was_printed(
     assert len(result.stdout.splitlines()) == 7
     committed = await _zk_offsets(zk_client, unique_group_id, unique_topic)
     assert sum(committed.values()) == 7
+
+
+@pytest.mark.parametrize("option", ["--to-datetime=2024-05-01T12:30:00", "--shift-by"])
+def test_offsets_update_points_at_offsets_reset_for_its_targets(option: str) -> None:
+    result = invoke("offsets", "update", "latest", "-g", "g", "-t", "t", option, "-5")
+    assert result.exit_code == 2, result.output
+    name = option.split("=")[0]
+    assert (
+        f"Error: offsets update sets the earliest or latest offsets only; {name} is an "
+        "option of 'offsets reset'"
+    ) in result.stderr
+    assert result.stdout == ""

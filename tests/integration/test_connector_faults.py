@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,6 +21,9 @@ from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.zk import layout
 
 pytestmark = pytest.mark.integration
+
+_MEMBER = Path(__file__).resolve().parents[1] / "_member.py"
+"""A member in a process of its own (``tests/_member.py``)."""
 
 
 def _running(cluster: LocalCluster) -> Iterator[LocalCluster]:
@@ -164,7 +168,6 @@ async def test_zombie_paused_past_its_session_commits_nothing_and_hands_out_noth
     import subprocess
     import sys
     import time
-    from pathlib import Path
 
     from aiozkconsumer import (
         CommitFencedError,
@@ -190,7 +193,7 @@ async def test_zombie_paused_past_its_session_commits_nothing_and_hands_out_noth
         fetch_message_max_bytes=256,
         consumer_timeout_ms=500,
     )
-    member = Path(__file__).resolve().parents[1] / "_member.py"
+    member = _MEMBER
     other = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything runs
         [
             sys.executable,

@@ -2,10 +2,10 @@
 in JVMs of their own (``spark_standalone_cluster``), and a ZooKeeper + Kafka 3.9 cluster.
 
 The Spark driver runs in a process of its own (``_spark_driver.py``, the venv's Python):
-the test process may hold a ``local[2]`` session already (``tests/integration/test_spark.py``), and one
-test SIGKILLs the driver. The Parquet file sink with its ``_spark_metadata`` log is
-exactly-once, so the table read back must hold every record of the topic exactly once; the
-group's offsets (ZooKeeper) must reach the log end.
+the test process may hold a ``local[2]`` session already
+(``tests/integration/test_spark.py``), and one test SIGKILLs the driver. The Parquet file
+sink with its ``_spark_metadata`` log is exactly-once, so the table read back must hold every
+record of the topic exactly once; the group's offsets (ZooKeeper) must reach the log end.
 """
 
 from __future__ import annotations
