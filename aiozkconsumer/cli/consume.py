@@ -56,7 +56,6 @@ from ._common import (
 
 __all__ = ["consume"]
 
-_NO_BROKERS = "No brokers found in ZK. (A KRaft cluster? Give --bootstrap-server.)"
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -194,7 +193,7 @@ async def _bootstrap(adm: GroupAdmin, bootstrap_server: str | None) -> tuple[str
         return bootstrap_server, f"{bootstrap_server} (--bootstrap-server)"
     brokers = await adm.brokers()
     if not brokers:
-        raise NoBrokersError(_NO_BROKERS)
+        raise await adm.no_brokers_error("--bootstrap-server")
     servers = bootstrap_from_brokers(brokers)
     return servers, f"{servers} (the brokers registered in ZooKeeper)"
 

@@ -435,6 +435,11 @@ class ZkClient:
         return password if isinstance(password, bytes) else None
 
     @property
+    def chroot(self) -> str | None:
+        """The connect string's chroot (``"/kafka"``); ``None`` without one."""
+        return self._chroot or None
+
+    @property
     def session_id(self) -> int | None:
         """The current session id, ``None`` before the first session."""
         return None if self._zk is None else self._zk.session.session_id

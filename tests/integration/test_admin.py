@@ -294,13 +294,20 @@ async def test_no_brokers_and_no_bootstrap_servers_is_no_brokers_error(chroot: s
             await admin.partitions_for(["t"])
         with pytest.raises(NoBrokersError, match="No brokers found in ZK"):
             await admin.all_topics()
-        with pytest.raises(NoBrokersError, match="No brokers found in ZK"):
+        with pytest.raises(NoBrokersError, match="No brokers found in ZK") as empty_chroot:
             await admin.kafka()
+    # A chroot holding nothing Kafka writes: the message says the chroot may be mistyped.
+    assert f"The chroot {admin.zk.chroot!r} holds neither /brokers nor /consumers" in str(
+        empty_chroot.value
+    )
     async with GroupAdmin(chroot) as admin:  # brokers restarting: ZooKeeper still knows them
         await admin.zk.ensure_path(layout.BROKER_IDS_PATH)
         assert await admin.partitions_for(["t"]) == {"t": ()}
-        with pytest.raises(NoBrokersError, match="No brokers found in ZK"):
+        with pytest.raises(NoBrokersError, match="No brokers found in ZK") as all_down:
             await admin.list_offsets([TopicPartition("t", 0)], "latest")
+    assert "/brokers/ids is empty: every broker of this ZooKeeper-mode cluster is down" in str(
+        all_down.value
+    )
 
 
 @integration

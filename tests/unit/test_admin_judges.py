@@ -22,6 +22,7 @@ from aiozkconsumer.tools.admin.judges import (
     group_state,
     infer_assignment_strategy,
     member_assignments,
+    no_brokers_reason,
     owner_consumer_id,
     subscribed_thread_ids,
 )
@@ -230,3 +231,28 @@ def test_owners_outside_the_subscription_do_not_make_a_group_rebalance() -> None
         "Stable",
         [],
     )
+
+
+@pytest.mark.parametrize(
+    ("ids", "brokers", "consumers", "chroot", "says"),
+    [
+        (True, True, True, "/kafka", "/brokers/ids is empty: every broker"),
+        (True, True, False, None, "/brokers/ids is empty: every broker"),
+        (False, False, False, "/kafak", "The chroot '/kafak' holds neither /brokers nor"),
+        (False, False, True, "/kafka", "(A KRaft cluster? Give --bootstrap-server.)"),
+        (False, False, False, None, "(A KRaft cluster? Give --bootstrap-server.)"),
+        (False, True, False, "/kafka", "(A KRaft cluster? Give --bootstrap-server.)"),
+    ],
+)
+def test_no_brokers_reason_tells_down_brokers_a_mistyped_chroot_and_kraft_apart(
+    ids: bool, brokers: bool, consumers: bool, chroot: str | None, says: str
+) -> None:
+    reason = no_brokers_reason(
+        ids_exists=ids,
+        brokers_exists=brokers,
+        consumers_exists=consumers,
+        chroot=chroot,
+        give="--bootstrap-server",
+    )
+    assert reason.startswith("No brokers found in ZK. ")  # the console consumer's words
+    assert says in reason

@@ -7,8 +7,9 @@ node (:func:`owner_consumer_id`), whether a group is stable (:func:`group_state`
 assignment strategy gave its owner nodes (:func:`infer_assignment_strategy`), whether a
 rebalance succeeded (:func:`check_ownership`, ``VerifyConsumerRebalance``'s rules), what each
 member owns (:func:`member_assignments`), the thread ids the members subscribe with
-(:func:`subscribed_thread_ids`) and whether a group may be deleted
-(:func:`group_deletion_refusal`). Tested without servers (``tests/unit/test_admin_judges.py``).
+(:func:`subscribed_thread_ids`), whether a group may be deleted
+(:func:`group_deletion_refusal`) and why no broker is found (:func:`no_brokers_reason`).
+Tested without servers (``tests/unit/test_admin_judges.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "check_ownership",
     "consumer_id_host",
     "group_deletion_refusal",
+    "no_brokers_reason",
     "group_state",
     "infer_assignment_strategy",
     "member_assignments",
@@ -290,3 +292,39 @@ def group_deletion_refusal(
             "--force-malformed deletes the group."
         )
     return GroupActiveError(group, members, message)
+
+
+def no_brokers_reason(
+    *, ids_exists: bool, brokers_exists: bool, consumers_exists: bool, chroot: str | None, give: str
+) -> str:
+    """Why ZooKeeper names no broker to bootstrap from (for a ``NoBrokersError``).
+
+    Starts with the console consumer's "No brokers found in ZK." and tells the three causes
+    apart: a ZooKeeper-mode cluster whose brokers are all down (``/brokers/ids`` exists and is
+    empty: registrations are ephemeral), a connect string whose chroot holds nothing Kafka
+    writes (no ``/brokers``, no ``/consumers``: mistyped?), and a KRaft cluster (brokers
+    never register in ZooKeeper).
+
+    Args:
+        ids_exists: whether ``/brokers/ids`` exists.
+        brokers_exists: whether ``/brokers`` exists.
+        consumers_exists: whether ``/consumers`` exists.
+        chroot: the connect string's chroot (``"/kafka"``), ``None`` without one.
+        give: how to give the brokers instead (``"--bootstrap-server"``).
+
+    Returns:
+        The message.
+    """
+    head = "No brokers found in ZK."
+    if ids_exists:
+        return (
+            f"{head} /brokers/ids is empty: every broker of this ZooKeeper-mode cluster is down "
+            f"(or still starting), or give a reachable one with {give}."
+        )
+    if not brokers_exists and not consumers_exists and chroot:
+        return (
+            f"{head} The chroot {chroot!r} holds neither /brokers nor /consumers: a mistyped "
+            f"chroot in the ZooKeeper connect string? (A KRaft cluster keeps no brokers in "
+            f"ZooKeeper: give {give}.)"
+        )
+    return f"{head} (A KRaft cluster? Give {give}.)"

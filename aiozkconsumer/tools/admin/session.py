@@ -29,13 +29,13 @@ from ...security import KafkaSecurity, ZookeeperSecurity
 from ...zk import layout
 from ...zk.client import ZkClient
 from .errors import UnknownGroupError
+from .judges import no_brokers_reason
 from .nodes import MalformedNode, MemberInfo
 
 __all__ = ["AdminSession"]
 
 _V = TypeVar("_V")
 
-_NO_BROKERS = "No brokers found in ZK. (A KRaft cluster? Give its bootstrap servers.)"
 
 _CLOSE_STEP_LIMIT_S = 5.0  # each step of AdminSession.close, in seconds
 
@@ -122,6 +122,30 @@ class AdminSession(AsyncService):
         """
         return await self.cluster.brokers()
 
+    async def no_brokers_error(self, give: str = "its bootstrap servers") -> NoBrokersError:
+        """The error for a ZooKeeper that names no broker, saying why (all down, a mistyped
+        chroot, a KRaft cluster: :func:`~.judges.no_brokers_reason`).
+
+        Args:
+            give: how the user gives the brokers instead (``"--bootstrap-server"``).
+
+        Raises:
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
+        ids, brokers, consumers = await gather(
+            self.zk.exists(path)
+            for path in (layout.BROKER_IDS_PATH, "/brokers", layout.CONSUMERS_PATH)
+        )
+        return NoBrokersError(
+            no_brokers_reason(
+                ids_exists=bool(ids),
+                brokers_exists=bool(brokers),
+                consumers_exists=bool(consumers),
+                chroot=self.zk.chroot,
+                give=give,
+            )
+        )
+
     async def kafka(self) -> KafkaClient:
         """The Kafka client of :attr:`cluster`, started on first use.
 
@@ -136,7 +160,7 @@ class AdminSession(AsyncService):
         if self.cluster.kafka_client is None and self.bootstrap_servers is None:
             brokers = await self.brokers()
             if not brokers:
-                raise NoBrokersError(_NO_BROKERS)
+                raise await self.no_brokers_error()
             return await self.cluster.kafka(brokers)
         return await self.cluster.kafka()
 
@@ -160,7 +184,7 @@ class AdminSession(AsyncService):
             # Without /brokers/ids (KRaft) only Kafka knows the topics: reading ZooKeeper's
             # /brokers/topics would make every topic look unknown rather than unreachable.
             if self.bootstrap_servers is None and not await self.zk.exists(layout.BROKER_IDS_PATH):
-                raise NoBrokersError(_NO_BROKERS)
+                raise await self.no_brokers_error()
             self._metadata_checked = True
         return False
 
@@ -268,9 +292,7 @@ class AdminSession(AsyncService):
             by_leader.setdefault(leader, {})[tp] = timestamp
         result: dict[TopicPartition, int] = {}
         for leader, timestamps in sorted(by_leader.items()):
-            result.update(
-                await list_offsets(kafka, leader, timestamps, isolation_level=isolation)
-            )
+            result.update(await list_offsets(kafka, leader, timestamps, isolation_level=isolation))
         return result
 
     # -- groups --------------------------------------------------------------------------
