@@ -90,7 +90,9 @@ def bootstrap_from_brokers(
     """A ``bootstrap.servers`` string from the brokers' endpoints of ``security_protocol``.
 
     Raises:
-        MalformedZookeeperDataError: a broker has no endpoint of that protocol.
+        InvalidConfigError: a broker has no endpoint of that protocol (``security.protocol``
+            names one it does not offer).
+        MalformedZookeeperDataError: a broker's endpoint does not parse.
     """
     addrs = [b.address_for(security_protocol) for b in brokers]
     return ",".join(f"{host}:{port}" for host, port in addrs)

@@ -194,7 +194,8 @@ async def _bootstrap(adm: GroupAdmin, bootstrap_server: str | None) -> tuple[str
     brokers = await adm.brokers()
     if not brokers:
         raise await adm.no_brokers_error("--bootstrap-server")
-    servers = bootstrap_from_brokers(brokers)
+    # The endpoints of the client's security.protocol (a SASL_SSL listener, say).
+    servers = bootstrap_from_brokers(brokers, adm.cluster.security.security_protocol)
     return servers, f"{servers} (the brokers registered in ZooKeeper)"
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, NoReturn, TypeGuard
 
-from aiozkconsumer.errors import MalformedZookeeperDataError
+from aiozkconsumer.errors import InvalidConfigError, MalformedZookeeperDataError
 
 __all__ = [
     "fencing_path",
@@ -797,7 +797,7 @@ class BrokerInfo:
         for version >= 2 the endpoints list is authoritative.
 
         Raises:
-            MalformedZookeeperDataError: as :meth:`address_for`.
+            InvalidConfigError, MalformedZookeeperDataError: as :meth:`address_for`.
         """
         return self.address_for("PLAINTEXT")
 
@@ -816,9 +816,10 @@ class BrokerInfo:
             ``(host, port)``.
 
         Raises:
-            MalformedZookeeperDataError: the broker has no endpoint with that protocol (the
-                message lists the protocols it has and says to set ``security.protocol``),
-                its host is empty, or an endpoint does not parse.
+            InvalidConfigError: the broker has no endpoint with that protocol (key
+                ``security.protocol``; the message lists the protocols it has and says to set
+                ``security.protocol`` to one of them).
+            MalformedZookeeperDataError: its host is empty, or an endpoint does not parse.
         """
         parsed = self.parsed_endpoints()
         for endpoint in parsed:
@@ -833,11 +834,12 @@ class BrokerInfo:
                 )
             return endpoint.host, endpoint.port
         offered = sorted({str(e.security_protocol) for e in parsed})
-        _fail(
-            self.path,
-            None,
-            f"broker {self.broker_id} has no endpoint with security protocol "
-            f"{security_protocol} (endpoints: {list(self.endpoints)}); it offers "
+        # Not malformed data: the client's security.protocol does not match the broker's
+        # listeners (a SASL_SSL-only broker, a PLAINTEXT client).
+        raise InvalidConfigError(
+            "security.protocol",
+            f"{security_protocol}, but broker {self.broker_id} has no endpoint with that "
+            f"protocol (endpoints: {list(self.endpoints)}, {self.path}); it offers "
             f"{', '.join(offered) or 'none'}: set security.protocol to one of them",
         )
 

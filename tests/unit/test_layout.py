@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiozkconsumer.errors import MalformedZookeeperDataError
+from aiozkconsumer.errors import InvalidConfigError, MalformedZookeeperDataError
 from aiozkconsumer.testing._layout import (
     PartitionState,
     decode_partition_state,
@@ -421,9 +421,12 @@ def test_broker_without_plaintext_listener() -> None:
     )
     info = decode_broker(9, data)
     assert (info.host, info.port) == (None, -1)
-    with pytest.raises(MalformedZookeeperDataError, match="broker 9 has no endpoint") as exc:
+    # Not malformed: the client's security.protocol (PLAINTEXT) is not one the broker offers.
+    with pytest.raises(InvalidConfigError, match="broker 9 has no endpoint") as exc:
         info.plaintext_address()
-    assert exc.value.path == "/brokers/ids/9"
+    assert exc.value.key == "security.protocol"
+    assert "/brokers/ids/9" in str(exc.value)
+    assert "it offers SSL: set security.protocol" in str(exc.value)
 
 
 def test_broker_listener_named_plaintext_but_mapped_to_ssl_is_not_plaintext() -> None:

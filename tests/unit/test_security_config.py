@@ -383,8 +383,11 @@ def test_the_endpoint_of_the_configured_protocol_is_chosen() -> None:
     info = decode_broker(1, data)
     assert info.address_for("SASL_SSL") == ("kafka.example", 9094)
     assert info.plaintext_address() == ("10.0.0.1", 9092)
-    with pytest.raises(MalformedZookeeperDataError) as err:
+    # A client protocol the broker does not offer is a configuration error, not malformed data.
+    with pytest.raises(InvalidConfigError) as err:
         info.address_for("SSL")
+    assert err.value.key == "security.protocol"
+    assert not isinstance(err.value, MalformedZookeeperDataError)
     assert "offers PLAINTEXT, SASL_SSL: set security.protocol" in str(err.value)
 
 
