@@ -187,14 +187,32 @@ _ZOOKEEPER_ONLY = (
 
 
 def coordinator_option(f: _F) -> _F:
-    """``--coordinator zookeeper|kafka``."""
+    """``--coordinator zookeeper|kafka`` (unset: :func:`_coordinator` decides)."""
     return click.option(
         "--coordinator",
         type=click.Choice(["zookeeper", "kafka"]),
-        default="zookeeper",
-        show_default=True,
-        help=_COORDINATOR_HELP,
+        default=None,
+        help=_COORDINATOR_HELP
+        + " Default: kafka when --bootstrap-server is given and --zookeeper is not (neither "
+        "on the command line nor in $AIOZKCONSUMER_ZOOKEEPER), as kafka-consumer-groups.sh "
+        "--bootstrap-server; zookeeper otherwise.",
     )(f)
+
+
+def _coordinator(ctx: click.Context, coordinator: str | None, bootstrap_server: str | None) -> str:
+    """``--coordinator`` as given, else ``kafka`` for a bootstrap address given alone.
+
+    An operator of a cluster without ZooKeeper types ``--bootstrap-server`` only; dialling
+    the ``--zookeeper`` default (localhost:2181) then would fail after the connection timeout
+    without saying why.
+    """
+    if coordinator is not None:
+        return coordinator
+    zookeeper_given = ctx.get_parameter_source("zookeeper") in (
+        ParameterSource.COMMANDLINE,
+        ParameterSource.ENVIRONMENT,
+    )
+    return "kafka" if bootstrap_server and not zookeeper_given else "zookeeper"
 
 
 def _kafka_bootstrap(ctx: click.Context, bootstrap_server: str | None) -> str:
@@ -228,7 +246,8 @@ def groups() -> None:
     --coordinator kafka (list, describe): the groups Kafka's group coordinators
       hold: group.coordinator=kafka and today's Kafka clients, read from the
       brokers given with --bootstrap-server (kafka-consumer-groups.sh
-      --bootstrap-server). No ZooKeeper is needed.
+      --bootstrap-server). No ZooKeeper is needed. The default when
+      --bootstrap-server is given without --zookeeper.
     """
 
 
@@ -239,7 +258,7 @@ def groups() -> None:
 @click.pass_context
 def list_groups(
     ctx: click.Context,
-    coordinator: str,
+    coordinator: str | None,
     zookeeper: str,
     bootstrap_server: str | None,
     connect_timeout_ms: int,
@@ -247,14 +266,15 @@ def list_groups(
 ) -> None:
     """List the consumer groups, one per line.
 
-    With --coordinator zookeeper (the default): the children of /consumers.
+    With --coordinator zookeeper (the default unless --bootstrap-server is given alone): the
+    children of /consumers.
 
     With --coordinator kafka: the consumer groups the brokers' group coordinators know
     (protocol type "consumer", or none for groups that only commit offsets), as
     kafka-consumer-groups.sh --bootstrap-server --list. --output json adds each group's
     state (Stable, PreparingRebalance, CompletingRebalance, Empty) and protocol type.
     """
-    if coordinator == "kafka":
+    if _coordinator(ctx, coordinator, bootstrap_server) == "kafka":
         bootstrap = _kafka_bootstrap(ctx, bootstrap_server)
 
         async def from_kafka() -> list[KafkaGroupListing]:
@@ -340,7 +360,7 @@ def describe(
     topics: tuple[str, ...],
     offsets_storage: str,
     isolation_level: str,
-    coordinator: str,
+    coordinator: str | None,
     zookeeper: str,
     bootstrap_server: str | None,
     connect_timeout_ms: int,
@@ -372,7 +392,7 @@ def describe(
     """
     if members and state:
         raise click.UsageError("give --members or --state, not both", ctx)
-    if coordinator == "kafka":
+    if _coordinator(ctx, coordinator, bootstrap_server) == "kafka":
         _kafka_bootstrap(ctx, bootstrap_server)  # refuses the ZooKeeper-only options
         if group is None:
             raise click.UsageError("Missing option '--group' / '-g'.", ctx)

@@ -135,6 +135,11 @@ async def test_describe_and_list_report_the_member_its_offsets_and_lag(
         text = await ainvoke("groups", "describe", "--group", group, *kafka)
         listed = await ainvoke("groups", "list", *kafka)
         listed_json = await ainvoke("groups", "list", *kafka, "--output", "json")
+        # --bootstrap-server alone means the Kafka coordinators (no ZooKeeper is dialled).
+        alone = await ainvoke("groups", "list", "--bootstrap-server", bootstrap)
+        described_alone = await ainvoke(
+            "groups", "describe", "-g", group, "--bootstrap-server", bootstrap, "-o", "json"
+        )
 
     assert ends == {0: 5, 1: 17, 2: 15}
     member_id = stats.member_id
@@ -143,6 +148,10 @@ async def test_describe_and_list_report_the_member_its_offsets_and_lag(
 
     assert as_json.exit_code == 0, as_json.output
     described = json.loads(as_json.stdout)
+    assert alone.exit_code == 0, alone.output
+    assert group in alone.stdout.split()
+    assert described_alone.exit_code == 0, described_alone.output
+    assert json.loads(described_alone.stdout)["coordinator"] == described["coordinator"]
     assert described["group"] == group
     assert described["state"] == "Stable"
     assert described["protocol_type"] == "consumer"
