@@ -175,6 +175,15 @@ class ConnectorStatistics:
             coordination, a partition whose offset node does not hold a number (the reason
             names the node and its bytes; see ``offsets.malformed.reset``). Each is tried
             again at every rebalance. Always empty with Kafka coordination.
+        seconds_since_fetch: seconds since the last fetch response from any broker (since
+            fetching started, before the first); ``None`` while no partition is fetched. A
+            fetch is answered within ``fetch.wait.max.ms`` even when no record waits, so a
+            value of many seconds means no broker answers (a health check's signal).
+        partitions_without_leader: ``{partition: seconds}`` of the owned partitions no fetch
+            loop is fetching now, sorted, with how long they have not been (since the fetch
+            from their leader failed, or since fetching started): their leader is unknown or
+            its broker did not answer, and the leader finder is looking for it (every
+            ``refresh.leader.backoff.ms``). Empty while every partition is fetched.
     """
 
     state: ConnectorState
@@ -193,6 +202,8 @@ class ConnectorStatistics:
     group_generation: int | None = None
     member_id: str | None = None
     unowned_partitions: Mapping[TopicPartition, str] = field(default_factory=dict)
+    seconds_since_fetch: float | None = None
+    partitions_without_leader: Mapping[TopicPartition, float] = field(default_factory=dict)
 
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -898,6 +909,7 @@ class ConsumerConnector:
         own = self.ownership
         registry = own.registry
         generation, member_id = self._group_generation
+        last_response = self.fetcher.last_response_at
         return ConnectorStatistics(
             state=self._state,
             consumer_id=self.consumer_id_string,
@@ -923,6 +935,10 @@ class ConsumerConnector:
                 if isinstance(self.coordinator, _ReportsUnowned)
                 else {}
             ),
+            seconds_since_fetch=(
+                None if last_response is None else max(0.0, time.monotonic() - last_response)
+            ),
+            partitions_without_leader=self.fetcher.without_leader(),
         )
 
     def __repr__(self) -> str:

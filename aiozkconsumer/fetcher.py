@@ -51,7 +51,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import struct
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -77,8 +76,13 @@ from .kafka.client import FetchChannel
 from .kafka.crc import SkippedBatch
 from .kafka.errors import PartitionError, classify_partition_error, error_name
 from .kafka.fetch_request import FetchPartition
-from .kafka.records import mark_aborted, read_record_set, unsupported_codec_error
-from .kafka.replicas import metadata_version, replica_online
+from .kafka.records import (
+    batch_larger_than,
+    mark_aborted,
+    read_record_set,
+    unsupported_codec_error,
+)
+from .kafka.replicas import metadata_version, preferred_read_replicas, replica_online
 from .kafka.stable_offsets import list_offsets
 from .kafka.transactions import (
     READ_COMMITTED,
@@ -94,8 +98,6 @@ __all__ = ["ConsumerFetcher", "FetchPlan", "FetcherManager", "fetcher_id_for", "
 
 log = logging.getLogger(__name__)
 
-_BATCH_HEAD = struct.Struct(">qi")
-"""A record batch (or legacy message) starts with its offset and the length of the rest."""
 
 
 class ConsumerFetcher:
@@ -338,6 +340,7 @@ class ConsumerFetcher:
                     await anyio.sleep(backoff_s)
                     continue
                 self.requests += 1
+                manager.last_response_at = time.monotonic()
                 size = sum(len(part[-1] or b"") for _, parts in response.topics for part in parts)
                 node = self.node_id
                 manager.fetch_requests[node] = manager.fetch_requests.get(node, 0) + 1
@@ -374,7 +377,7 @@ class ConsumerFetcher:
         to_leader: dict[int, list[PartitionTopicInfo]] = {}
         manager = self.manager
         leaders, replicas = manager.leaders, manager.read_replicas
-        preferred = _preferred_read_replicas(response)
+        preferred = preferred_read_replicas(response)
         for topic, parts in response.topics:
             for partition, error_code, highwater, *part_data in parts:
                 tp = TopicPartition(topic, partition)
@@ -534,7 +537,7 @@ class ConsumerFetcher:
                 FetchedDataChunk((), pti, fetch_offset, error=corrupt, truncations=pti.truncations),
                 fetch_offset,
             )
-        elif _too_large(data, pti.fetch_size):
+        elif batch_larger_than(data, pti.fetch_size):
             # A batch larger than fetch.message.max.bytes: it can never be returned. Hand the
             # iterator a chunk that raises MessageSizeTooLargeError and stop fetching it.
             self.partitions.pop(pti.tp, None)
@@ -606,32 +609,6 @@ def _now_ms() -> float:
     return time.monotonic() * 1000.0
 
 
-def _preferred_read_replicas(response: Any) -> dict[TopicPartition, int]:
-    """The ``PreferredReadReplica`` of each partition a Fetch v11+ response names one for.
-
-    Our parser's responses carry them apart; aiokafka's decoded v11 response (the fallback
-    path) has it as the partition's seventh field of eight.
-    """
-    found = getattr(response, "preferred_read_replicas", None)
-    if found is not None:
-        return dict(found)
-    out: dict[TopicPartition, int] = {}
-    for topic, parts in response.topics:
-        for part in parts:
-            if len(part) == 8 and isinstance(part[6], int) and part[6] >= 0:
-                out[TopicPartition(topic, part[0])] = part[6]
-    return out
-
-
-def _too_large(data: Any, fetch_size: int) -> bool:
-    """Whether a record set without a complete batch starts with one larger than the fetch
-    size (it can never be fetched), rather than with one the response's ``max_bytes`` cut."""
-    if len(data) < _BATCH_HEAD.size:
-        return len(data) >= fetch_size
-    _, length = _BATCH_HEAD.unpack_from(data)
-    return bool(_BATCH_HEAD.size + length > fetch_size)
-
-
 class FetcherManager:
     """Owns the leader finder and the fetch loops of one connector (``ConsumerFetcherManager``).
 
@@ -677,7 +654,13 @@ class FetcherManager:
         """Per broker id, the fetch requests answered so far."""
         self.fetch_bytes: dict[int, int] = {}
         """Per broker id, the record bytes its fetch responses carried so far."""
+        self.last_response_at: float | None = None
+        """``time.monotonic()`` of the last fetch response from any broker (or of the start
+        of fetching, before the first); ``None`` while not fetching. A fetch is answered
+        within ``fetch.wait.max.ms`` even with no data, so a healthy consumer keeps it
+        recent."""
         self._no_leader: dict[TopicPartition, PartitionTopicInfo] = {}
+        self._no_leader_since: dict[TopicPartition, float] = {}  # monotonic, per partition
         self._no_leader_event = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
@@ -699,7 +682,9 @@ class FetcherManager:
         self.partition_map = {p.tp: p for p in ptis}
         self.read_replicas.retain(self.partition_map)
         self._register_lag(self.partition_map.values())
+        self.last_response_at = time.monotonic()
         self._no_leader = dict(self.partition_map)
+        self._no_leader_since = dict.fromkeys(self._no_leader, self.last_response_at)
         self._no_leader_event = anyio.Event()
         if self._no_leader:
             self._no_leader_event.set()
@@ -752,13 +737,37 @@ class FetcherManager:
         self.partition_map = {}
         self.leaders = {}
         self._no_leader = {}
+        self._no_leader_since = {}
+        self.last_response_at = None
+
+    def without_leader(self) -> dict[TopicPartition, float]:
+        """The partitions no fetch loop fetches now, with the seconds since they left one (or
+        since fetching started): their leader is unknown, or the fetch from it failed (its
+        broker unreachable), and the leader finder looks for it."""
+        now = time.monotonic()
+        since = self._no_leader_since
+        return {
+            tp: max(0.0, now - since.get(tp, now))
+            for tp in sorted(self._no_leader)
+            if tp in self.partition_map
+        }
+
+    def _lost_leader(self, pti: PartitionTopicInfo) -> None:
+        """Put ``pti`` in the no-leader set (the leader finder looks for its leader)."""
+        self._no_leader[pti.tp] = pti
+        self._no_leader_since.setdefault(pti.tp, time.monotonic())
+
+    def _found_leader(self, tp: TopicPartition) -> PartitionTopicInfo | None:
+        """Take ``tp`` out of the no-leader set; the partition, or ``None`` if not in it."""
+        self._no_leader_since.pop(tp, None)
+        return self._no_leader.pop(tp, None)
 
     def add_partitions(self, ptis: Iterable[PartitionTopicInfo]) -> None:
         """Start fetching more partitions while the others go on (incremental rebalance)."""
         ptis = list(ptis)
         for pti in ptis:
             self.partition_map[pti.tp] = pti
-            self._no_leader[pti.tp] = pti
+            self._lost_leader(pti)
         self._register_lag(ptis)
         if self._no_leader:
             self._no_leader_event.set()
@@ -772,7 +781,7 @@ class FetcherManager:
         tps = list(tps)
         for tp in tps:
             self.partition_map.pop(tp, None)
-            self._no_leader.pop(tp, None)
+            self._found_leader(tp)
             self.leaders.pop(tp, None)
             self.read_replicas.clear(tp)
             for fetcher in self.fetchers.values():
@@ -804,7 +813,7 @@ class FetcherManager:
         """Give partitions back to the leader finder (``addPartitionsWithError``)."""
         for pti in ptis:
             if pti.active and pti.tp in self.partition_map:
-                self._no_leader[pti.tp] = pti
+                self._lost_leader(pti)
         if self._no_leader:
             self._no_leader_event.set()
 
@@ -943,7 +952,7 @@ class FetcherManager:
                 node = self._read_from(pti, leader)
                 key = (node, fetcher_id_for(tp, self.config.num_consumer_fetchers))
                 found.setdefault(key, []).append(pti)
-                del self._no_leader[tp]
+                self._found_leader(tp)
             for leader, checks in to_validate.items():
                 for pti in await validate_positions(
                     self.kafka,
@@ -952,7 +961,7 @@ class FetcherManager:
                     auto_offset_reset=self.config.auto_offset_reset,
                     isolation_level=self.isolation_level,
                 ):
-                    if self._no_leader.pop(pti.tp, None) is None:
+                    if self._found_leader(pti.tp) is None:
                         continue  # removed while the leader was asked
                     node = self._read_from(pti, leader)
                     key = (node, fetcher_id_for(pti.tp, self.config.num_consumer_fetchers))

@@ -10,11 +10,15 @@ or configure it with environment variables (``AIOZKCONSUMER_ZOOKEEPER``,
 
 - ``GET /health``: the connector's state as JSON (status, state, owned partitions with
   consumed and committed offsets and lag, unowned partitions, session id, last error, records
-  handled). HTTP 200 while the connector is ``running`` and every consumer task is healthy,
-  503 otherwise. ``status`` is ``"ok"``, ``"degraded"`` (still 200; ``reasons`` says why:
-  the member owns no partition of the topic because it does not exist, or the group's plan
-  gives it a partition it left unclaimed because its offset node in ZooKeeper does not hold
-  a number, see ``offsets.malformed.reset``) or ``"failing"`` (503).
+  handled). HTTP 200 while the connector is ``running``, every consumer task is healthy and
+  records can flow, 503 otherwise. ``status`` is ``"ok"``, ``"degraded"`` (still 200;
+  ``reasons`` says why: the member owns no partition of the topic because it does not exist,
+  or the group's plan gives it a partition it left unclaimed because its offset node in
+  ZooKeeper does not hold a number, see ``offsets.malformed.reset``) or ``"failing"`` (503;
+  ``reasons`` says why: a consumer task failed, the connector is not running, no broker has
+  answered a fetch for ``socket.timeout.ms``, or an owned partition has had no broker to
+  fetch it from for that long: :func:`fetch_stalls`). This is readiness; the process is
+  alive while it answers at all.
 - ``GET /metrics``: the Prometheus text exposition of ``connector.metrics.collector()``.
 
 Lifecycle (an aiohttp ``cleanup_ctx``): startup enters the connector (``async with``),
@@ -112,6 +116,39 @@ class Settings:
         return ConsumerConfig.from_properties(props)
 
 
+def fetch_stalls(stats: ConnectorStatistics, bound_s: float) -> list[str]:
+    """Why records cannot reach this member now, for ``/health`` (empty: they can).
+
+    A fetch is answered within ``fetch.wait.max.ms`` even when no record waits, so no answer
+    from any broker for ``bound_s`` (``socket.timeout.ms``) means no broker serves this
+    member (``ConnectorStatistics.seconds_since_fetch``); a partition without a broker to
+    fetch it from for that long (its leader unknown or down:
+    ``ConnectorStatistics.partitions_without_leader``) is not read whatever the others do.
+
+    Args:
+        stats: the connector's statistics.
+        bound_s: how long a stall may last before it counts, in seconds.
+    """
+    if not stats.owned_partitions:
+        return []
+    reasons: list[str] = []
+    idle = stats.seconds_since_fetch
+    if idle is not None and idle > bound_s:
+        reasons.append(
+            f"no broker has answered a fetch for {idle:.0f} s (socket.timeout.ms is "
+            f"{bound_s * 1000:.0f} ms): the brokers are down or unreachable"
+        )
+    stalled = sorted(tp for tp, s in stats.partitions_without_leader.items() if s > bound_s)
+    if stalled:
+        reasons.append(
+            f"{len(stalled)} owned partition(s) had no broker to fetch from for more than "
+            f"{bound_s:.0f} s (leader unknown or unreachable): "
+            + ", ".join(f"{tp.topic}-{tp.partition}" for tp in stalled[:10])
+            + (" ..." if len(stalled) > 10 else "")
+        )
+    return reasons
+
+
 class ConsumerService:
     """The connector, its consumer tasks and what ``/health`` reports.
 
@@ -202,8 +239,12 @@ class ConsumerService:
             }
             for tp in stats.owned_partitions
         ]
-        healthy = stats.state is ConnectorState.RUNNING and self.task_error is None
-        reasons = await self._degraded_reasons(stats) if healthy else []
+        running = stats.state is ConnectorState.RUNNING and self.task_error is None
+        stalls = fetch_stalls(stats, self.connector.config.socket_timeout_ms / 1000)
+        healthy = running and not stalls
+        reasons = stalls if running else []
+        if healthy:
+            reasons = await self._degraded_reasons(stats)
         body = {
             "status": "failing" if not healthy else "degraded" if reasons else "ok",
             "reasons": reasons,

@@ -25,6 +25,7 @@ The per-record loops over aiokafka's records stay in the readers, where they are
 from __future__ import annotations
 
 import math
+import struct
 import sys
 from collections.abc import Iterator
 from typing import Any, NamedTuple, NoReturn
@@ -43,6 +44,7 @@ __all__ = [
     "Outcome",
     "RecordSet",
     "append_messages",
+    "batch_larger_than",
     "decompress_at",
     "malformed_error",
     "mark_aborted",
@@ -262,3 +264,22 @@ def append_messages(
         for record in batch
         if (offset := record.offset) >= min_offset
     )
+
+
+_BATCH_HEAD = struct.Struct(">qi")
+"""A record batch (or legacy message) starts with its offset and the length of the rest."""
+
+
+def batch_larger_than(data: Any, fetch_size: int) -> bool:
+    """Whether a record set without a complete batch starts with one larger than
+    ``fetch_size`` bytes (it can never be fetched at that size), rather than with one the
+    response's ``max_bytes`` cut.
+
+    Args:
+        data: a partition's record set holding no complete batch.
+        fetch_size: the partition's fetch size (``fetch.message.max.bytes``).
+    """
+    if len(data) < _BATCH_HEAD.size:
+        return len(data) >= fetch_size
+    _, length = _BATCH_HEAD.unpack_from(data)
+    return bool(_BATCH_HEAD.size + length > fetch_size)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..records import TopicPartition
 
-__all__ = ["metadata_version", "replica_online"]
+__all__ = ["metadata_version", "preferred_read_replicas", "replica_online"]
 
 
 def replica_online(kafka: Any, tp: TopicPartition, node_id: int) -> bool:
@@ -41,3 +41,23 @@ def metadata_version(kafka: Any) -> Any:
     """A value that changes whenever the client's metadata is updated (the time of its
     last successful update), for callers that look again only when it does."""
     return getattr(kafka.raw.cluster, "_last_successful_refresh_ms", None)
+
+
+def preferred_read_replicas(response: Any) -> dict[TopicPartition, int]:
+    """The ``PreferredReadReplica`` of each partition a Fetch v11+ response names one for.
+
+    Our parser's responses carry them apart; aiokafka's decoded v11 response (the fallback
+    path) has it as the partition's seventh field of eight.
+
+    Returns:
+        ``{partition: broker id}``; empty when the response names none.
+    """
+    found = getattr(response, "preferred_read_replicas", None)
+    if found is not None:
+        return dict(found)
+    out: dict[TopicPartition, int] = {}
+    for topic, parts in response.topics:
+        for part in parts:
+            if len(part) == 8 and isinstance(part[6], int) and part[6] >= 0:
+                out[TopicPartition(topic, part[0])] = part[6]
+    return out

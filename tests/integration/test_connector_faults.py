@@ -135,6 +135,41 @@ async def test_broker_restart_loses_nothing_and_does_not_rebalance(
     assert set(seen.pairs) == {(p, o) for p in range(2) for o in range(2000)}
 
 
+async def _until_stats(c: ZookeeperConsumerConnector, predicate: Any, limit_s: float) -> None:
+    """Poll ``c.statistics()`` until ``predicate`` holds (no event announces a fetch)."""
+    with anyio.fail_after(limit_s):
+        # A snapshot with a clock in it: nothing announces "no fetch answered for 2 s".
+        while not predicate(c.statistics()):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+
+
+async def test_statistics_show_a_broker_that_stopped_answering(
+    fault_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    """``seconds_since_fetch`` stays below a second while the broker answers (a fetch is
+    answered within fetch.wait.max.ms, records or not), grows while it is frozen, and drops
+    again once it answers: the signal a readiness check needs."""
+    await _topic(fault_cluster, unique_topic, 1, 10)
+    seen = Seen()
+    config = config_for(fault_cluster, unique_group_id)
+    broker = fault_cluster.broker_ids[0]
+    async with ZookeeperConsumerConnector(config) as c, anyio.create_task_group() as tg:
+        streams = await c.create_message_streams({unique_topic: 1})
+        tg.start_soon(drain, streams[unique_topic][0], 0, seen)
+        await seen.wait_until(lambda: len(seen.pairs) >= 10)
+        await _until_stats(c, lambda s: s.seconds_since_fetch is not None, 10)
+        assert c.statistics().partitions_without_leader == {}
+        fault_cluster.pause_broker(broker)
+        try:
+            await _until_stats(c, lambda s: (s.seconds_since_fetch or 0) > 2.0, 30)
+        finally:
+            fault_cluster.resume_broker(broker)
+        await _until_stats(c, lambda s: (s.seconds_since_fetch or 99) < 1.0, 60)
+        await fault_cluster.produce_to_partitions(unique_topic, {0: [(b"k", b"after")]})
+        await seen.wait_until(lambda: (0, 10) in seen.pairs)
+        tg.cancel_scope.cancel()
+
+
 async def test_committed_offset_out_of_range_resets_to_smallest(
     fault_cluster: LocalCluster, unique_topic: str, unique_group_id: str
 ) -> None:

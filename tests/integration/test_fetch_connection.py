@@ -36,7 +36,7 @@ from aiozkconsumer.errors import (
     BrokerNotAvailableError,
     SslAuthenticationError,
 )
-from aiozkconsumer.fetcher import FetcherManager, _too_large, plan_fetch
+from aiozkconsumer.fetcher import FetcherManager, plan_fetch
 from aiozkconsumer.kafka import native
 from aiozkconsumer.kafka.client import KafkaClient
 from aiozkconsumer.kafka.fetch_connection import (
@@ -44,6 +44,7 @@ from aiozkconsumer.kafka.fetch_connection import (
     FetchConnection,
     FetchResponseParser,
 )
+from aiozkconsumer.kafka.records import batch_larger_than as _too_large
 from aiozkconsumer.queues import ChunkQueue
 from aiozkconsumer.records import PartitionTopicInfo, TopicPartition
 from aiozkconsumer.security import KafkaSecurity

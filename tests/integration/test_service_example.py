@@ -23,6 +23,8 @@ import aiohttp
 import anyio
 import pytest
 
+from aiozkconsumer import ConnectorState, ConnectorStatistics
+from aiozkconsumer.records import TopicPartition
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.zk import layout
 
@@ -352,3 +354,38 @@ async def test_health_is_ok_when_nothing_is_wrong(
     status, body = await _health_of(http, settings)
     assert (status, body["status"], body["reasons"]) == (200, "ok", [])
     assert body["unowned_partitions"] == []
+
+
+def _stats(
+    owned: int, since_fetch: float | None, without_leader: dict[int, float]
+) -> ConnectorStatistics:
+    tps = tuple(TopicPartition("t", p) for p in range(owned))
+    return ConnectorStatistics(
+        state=ConnectorState.RUNNING,
+        consumer_id="g_c",
+        owned_partitions=tps,
+        consumed_offsets={},
+        committed_offsets={},
+        lag={},
+        completed_rebalances=1,
+        rebalances=(),
+        failed_rebalance_attempts=0,
+        session_id=1,
+        zookeeper_commits=0,
+        kafka_commits=0,
+        last_error=None,
+        seconds_since_fetch=since_fetch,
+        partitions_without_leader={TopicPartition("t", p): s for p, s in without_leader.items()},
+    )
+
+
+def test_fetch_stalls_name_silent_brokers_and_partitions_without_a_broker() -> None:
+    """The readiness rule of ``/health`` (the only broker killed answered 200 "ok" before)."""
+    assert service.fetch_stalls(_stats(2, 0.1, {}), 30.0) == []
+    assert service.fetch_stalls(_stats(2, 29.0, {0: 29.0}), 30.0) == []  # within the bound
+    assert service.fetch_stalls(_stats(0, 100.0, {}), 30.0) == []  # owns nothing to fetch
+    [silent] = service.fetch_stalls(_stats(2, 45.0, {}), 30.0)
+    assert silent.startswith("no broker has answered a fetch for 45 s (socket.timeout.ms is 30000")
+    [stalled] = service.fetch_stalls(_stats(3, 0.2, {1: 31.0, 2: 5.0}), 30.0)
+    assert stalled.startswith("1 owned partition(s) had no broker to fetch from for more than 30 s")
+    assert stalled.endswith(": t-1")

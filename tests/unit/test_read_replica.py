@@ -16,6 +16,7 @@ import pytest
 from aiozkconsumer import ConsumerConfig, fetcher
 from aiozkconsumer.fetcher import ConsumerFetcher, FetcherManager
 from aiozkconsumer.kafka.fetch_response import FetchResponse
+from aiozkconsumer.kafka.replicas import preferred_read_replicas
 from aiozkconsumer.queues import ChunkQueue
 from aiozkconsumer.read_replica import (
     CLEARING_ERRORS,
@@ -377,6 +378,6 @@ def test_aiokafkas_v11_response_names_the_replica_too() -> None:
     response = SimpleNamespace(
         topics=[("t", [(0, 0, 10, -1, 0, None, 2, b""), (1, 0, 10, -1, 0, None, -1, b"")])]
     )
-    assert fetcher._preferred_read_replicas(response) == {TP: 2}
+    assert preferred_read_replicas(response) == {TP: 2}
     old = SimpleNamespace(topics=[("t", [(0, 0, 10, -1, 0, None, b"")])])
-    assert fetcher._preferred_read_replicas(old) == {}
+    assert preferred_read_replicas(old) == {}
