@@ -57,6 +57,7 @@ from typing import Any
 
 import anyio
 
+from ._repeats import Repeats
 from .cluster import EARLIEST, LATEST, KafkaClient
 from .epochs import (
     batch_epochs,
@@ -334,7 +335,8 @@ class ConsumerFetcher:
                 except BrokerNotAvailableError as e:
                     # The error names the broker and the request ("fetch from broker 0
                     # failed: ..."): logged as it is, not wrapped in a second prefix.
-                    log.warning("%s; its partitions go back to the leader finder", e)
+                    msg = "%s; its partitions go back to the leader finder"
+                    manager.repeats.warning(log, ("fetch", self.node_id), msg, e)
                     manager.read_replicas.on_failure(self.partitions)
                     self._remove_with_error(list(self.partitions))
                     await anyio.sleep(backoff_s)
@@ -654,6 +656,9 @@ class FetcherManager:
         """Per broker id, the fetch requests answered so far."""
         self.fetch_bytes: dict[int, int] = {}
         """Per broker id, the record bytes its fetch responses carried so far."""
+        self.repeats = Repeats()
+        """Rate-limits the warnings a down broker repeats at every retry (the leader finder's
+        and the fetch loops'): one line per :data:`~._repeats.REPEAT_INTERVAL_S`."""
         self.last_response_at: float | None = None
         """``time.monotonic()`` of the last fetch response from any broker (or of the start
         of fetching, before the first); ``None`` while not fetching. A fetch is answered
@@ -920,8 +925,11 @@ class FetcherManager:
                 self._no_leader_event = anyio.Event()
                 continue
             ok = await self.kafka.refresh_metadata({tp.topic for tp in pending})
-            if not ok:
-                log.warning("Failed to find leader for %s: no broker answered", sorted(pending))
+            if ok:
+                self.repeats.forget("no leader")
+            else:
+                msg = "Failed to find leader for %s: no broker answered"
+                self.repeats.warning(log, "no leader", msg, sorted(pending))
             epochs = await leader_epochs(self.kafka, pending)
             found: dict[tuple[int, int], list[PartitionTopicInfo]] = {}
             to_validate: dict[int, dict[PartitionTopicInfo, int]] = {}

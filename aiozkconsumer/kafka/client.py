@@ -26,6 +26,7 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
+from .._repeats import throttle_aiokafka
 from ..errors import (
     AuthenticationError,
     BrokerNotAvailableError,
@@ -87,6 +88,7 @@ class KafkaClient:
         retry_backoff_ms: int = 200,
         security: KafkaSecurity | None = None,
     ) -> None:
+        throttle_aiokafka()  # a down broker: one connection error per broker per 10 s
         self.bootstrap_servers = bootstrap_servers
         self._client_id = client_id
         self._request_timeout_s = request_timeout_ms / 1000
