@@ -24,6 +24,7 @@ from ..tools import (
     GroupAdmin,
     GroupDescription,
     KafkaGroupAdmin,
+    MalformedNode,
     MigrationPlan,
     MigrationTarget,
     OffsetEntry,
@@ -244,16 +245,23 @@ def export(
     One line per offset node, in the original tool's format:
       /consumers/<group>/offsets/<topic>/<partition>:<offset>
 
+    An offset node that does not hold a number is left out and reported ("Malformed node
+    <path>: <reason>" on stderr; in JSON, "malformed"); the other offsets are exported.
+
     The summary goes to stderr (text) or stdout (json); with --output-file - the
     offsets themselves go to stdout, in the file's format (text) or in the JSON document
     (json, its "file" then "-").
     """
 
+    malformed: list[MalformedNode] = []
+
     async def go() -> list[OffsetEntry]:
         async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
-            return await admin.export_offsets(group_ids or None)
+            return await admin.export_offsets(group_ids or None, malformed)
 
     entries = run_async(go)
+    if output != "json":
+        echo_malformed(malformed)  # left out of the file; the rest is exported
     to_stdout = str(output_file) == "-"
     if not to_stdout:
         try:
@@ -267,6 +275,7 @@ def export(
             {
                 "file": str(output_file),
                 "groups": groups,
+                "malformed": [m.to_json() for m in malformed],
                 "offsets": [
                     {
                         "group": e.group,

@@ -242,6 +242,25 @@ async def test_a_malformed_registration_and_offset_are_reported_beside_the_rest(
     assert f"Malformed node {offset_path}: {BAD_OFFSET_REASON}" in checked.stderr.splitlines()
     assert checked.stdout.splitlines()[2].split()[3:6] == ["unknown", "10", "unknown"]
 
+    # offsets export: the malformed offset node is reported and left out, the rest exported.
+    exported = await ainvoke("offsets", "export", *chroot.connect, "-g", group, "-f", "-")
+    assert exported.exit_code == 0, exported.output
+    assert exported.stderr.splitlines() == [
+        f"Malformed node {offset_path}: {BAD_OFFSET_REASON}",
+        "exported 2 offsets of 1 groups to -",
+    ]
+    assert exported.stdout.splitlines() == [
+        f"/consumers/{group}/offsets/{topic}/0:2",
+        f"/consumers/{group}/offsets/{topic}/2:15",
+    ]
+    exported_json = await ainvoke(
+        "offsets", "export", *chroot.connect, "-g", group, "-f", "-", "-o", "json"
+    )
+    assert exported_json.exit_code == 0, exported_json.output
+    summary = json.loads(exported_json.stdout)
+    assert summary["malformed"] == [{"path": offset_path, "reason": BAD_OFFSET_REASON}]
+    assert [(o["partition"], o["offset"]) for o in summary["offsets"]] == [(0, 2), (2, 15)]
+
 
 @integration
 async def test_members_and_state_in_text(chroot: Chroot, topic: str) -> None:

@@ -29,19 +29,25 @@ the group's Kafka coordinator (``offsets.storage=kafka``), or both (``dual.commi
 class OffsetTools(AdminSession):
     """``offsets export`` / ``import`` / ``update``, over a group's offsets in either storage."""
 
-    async def export_offsets(self, groups: Iterable[str] | None = None) -> list[OffsetEntry]:
+    async def export_offsets(
+        self, groups: Iterable[str] | None = None, malformed: list[MalformedNode] | None = None
+    ) -> list[OffsetEntry]:
         """Read every offset node of the given groups, as ``ExportZkOffsets`` (0.10.2).
 
         Args:
             groups: group ids; default every group under ``/consumers``. A group without
                 offsets contributes nothing.
+            malformed: where an offset node that does not hold a decimal number is reported
+                (and left out, the rest exported, as ``describe_group`` does); without it,
+                such a node fails the export.
 
         Returns:
             The entries sorted by group, topic and partition.
 
         Raises:
             UnknownGroupError: a group given explicitly does not exist.
-            MalformedZookeeperDataError: an offset node does not hold a decimal number.
+            MalformedZookeeperDataError: an offset node does not hold a decimal number (only
+                without ``malformed``).
         """
         if groups is None:
             chosen = await self.list_groups()
@@ -53,9 +59,10 @@ class OffsetTools(AdminSession):
         for group in chosen:
             topics = await self.zk.get_children(f"{layout.group_dir(group)}/offsets") or []
             for topic in sorted(topics):
-                for partition, offset in sorted(
-                    (await self.zookeeper_offsets(group, topic)).items()
-                ):
+                found = await self._partition_nodes(
+                    layout.offsets_dir(group, topic), layout.decode_offset, malformed
+                )
+                for partition, offset in sorted(found.items()):
                     entries.append(OffsetEntry(group, topic, partition, offset))
         return entries
 
