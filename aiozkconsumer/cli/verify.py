@@ -14,6 +14,7 @@ from ._common import (
     output_option,
     run_async,
 )
+from .groups import echo_malformed
 
 __all__ = ["verify_rebalance"]
 
@@ -36,7 +37,9 @@ def verify_rebalance(
     must have an owner node under /consumers/<group>/owners/<topic>/ whose value is a thread
     id of a live member subscribed to that topic. Prints each problem, then "Rebalance
     operation successful !" (exit status 0) or "Rebalance operation failed !" (exit
-    status 1).
+    status 1). A registration or owner node that does not parse is reported ("Malformed
+    node <path>: <reason>" on stderr; in JSON, "malformed") and the rest is checked; the
+    rebalance then counts as failed.
     """
 
     async def go() -> RebalanceVerification:
@@ -47,6 +50,7 @@ def verify_rebalance(
     if output == "json":
         echo_json(result.to_json())
     else:
+        echo_malformed(result.malformed)
         if not result.members:
             click.echo(f"Consumer group '{group}' has no live members.", err=True)
         for problem in result.problems:

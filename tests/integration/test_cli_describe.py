@@ -242,6 +242,17 @@ async def test_a_malformed_registration_and_offset_are_reported_beside_the_rest(
     assert f"Malformed node {offset_path}: {BAD_OFFSET_REASON}" in checked.stderr.splitlines()
     assert checked.stdout.splitlines()[2].split()[3:6] == ["unknown", "10", "unknown"]
 
+    # verify-rebalance: the malformed registration is reported, the rest checked, and the
+    # verification fails (it cannot vouch for that member).
+    verified = await ainvoke("verify-rebalance", *chroot.cluster, "-g", group)
+    assert verified.exit_code == 1, verified.output
+    assert verified.stderr.splitlines() == [f"Malformed node {bad_path}: {BAD_REGISTRATION_REASON}"]
+    assert verified.stdout.splitlines()[-1] == "Rebalance operation failed !"
+    verified_json = await ainvoke("verify-rebalance", *chroot.cluster, "-g", group, "-o", "json")
+    assert json.loads(verified_json.stdout)["malformed"] == [
+        {"path": bad_path, "reason": BAD_REGISTRATION_REASON}
+    ]
+
     # offsets export: the malformed offset node is reported and left out, the rest exported.
     exported = await ainvoke("offsets", "export", *chroot.connect, "-g", group, "-f", "-")
     assert exported.exit_code == 0, exported.output

@@ -257,17 +257,20 @@ class RebalanceVerification:
             partitions (``None``: no owner).
         problems: what is wrong, in the original's wording; empty when the rebalance
             succeeded.
+        malformed: the registration and owner nodes that do not parse, sorted by path: left
+            out of the check (whose other findings stand), and the verification fails.
     """
 
     group: str
     members: tuple[str, ...]
     owners: Mapping[str, Mapping[int, str | None]]
     problems: tuple[str, ...] = field(default=())
+    malformed: tuple[MalformedNode, ...] = ()
 
     @property
     def ok(self) -> bool:
-        """Whether every partition has a valid owner."""
-        return not self.problems
+        """Whether every partition has a valid owner (and every node parsed)."""
+        return not self.problems and not self.malformed
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -280,6 +283,7 @@ class RebalanceVerification:
                 for topic, parts in sorted(self.owners.items())
             },
             "problems": list(self.problems),
+            "malformed": [m.to_json() for m in self.malformed],
         }
 
 
@@ -499,19 +503,27 @@ class DescribeTools(AdminSession):
         topics, internal topics included), and each partition's owner node must hold one of
         the thread ids those members have for the topic (:func:`check_ownership`).
 
+        A registration or owner node that does not parse is reported in ``malformed`` and
+        left out (its member's subscription unknown, its partition unowned); the rest is
+        checked, and the verification fails (the original stopped at such a node).
+
         Returns:
             The verification (``ok`` is false when a problem was found).
 
         Raises:
             UnknownGroupError: the group does not exist.
-            MalformedZookeeperDataError: a registration or owner node does not parse.
         """
         await self._require_group(group)
-        members = await self.members(group)
-        topic_counts = await self._topic_counts(group, members)
+        members, malformed = await self._read_members(group)
+        topic_counts = await self._topic_counts(group, members, malformed)
         thread_ids = subscribed_thread_ids(topic_counts.values())
         partitions = await self.partitions_for(thread_ids)
-        owners = {topic: await self.owners(group, topic) for topic in partitions}
+        owners = {
+            topic: await self._partition_nodes(
+                layout.owners_dir(group, topic), layout.decode_owner, malformed
+            )
+            for topic in partitions
+        }
         problems = check_ownership(partitions, owners, thread_ids, group)
         return RebalanceVerification(
             group=group,
@@ -521,4 +533,5 @@ class DescribeTools(AdminSession):
                 for topic, parts in partitions.items()
             },
             problems=tuple(problems),
+            malformed=tuple(sorted(malformed, key=lambda m: m.path)),
         )
