@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from ..errors import UnknownTopicError
+from ..config_rules import validate_group_id
+from ..errors import InvalidConfigError, UnknownTopicError
 from ..tools import (
     GroupActiveError,
     GroupAdmin,
@@ -27,6 +28,7 @@ from ..tools import (
     MalformedNode,
     UnknownGroupError,
 )
+from ..zk import layout
 from ._common import (
     NAME,
     ExitCode,
@@ -486,15 +488,42 @@ def _describe_kafka(
     print_kafka_description(description)
 
 
+def _check_group_to_delete(ctx: click.Context, group: str, force: bool) -> None:
+    """``group.id``'s rule for ``--group`` (the one of every command), or with ``--force`` only
+    that it names a ZooKeeper node: a group made by hand with another name can be deleted."""
+    param = next(p for p in ctx.command.params if p.name == "group_ids")
+    try:
+        if force:
+            layout.group_dir(group)
+        else:
+            validate_group_id(group)
+    except InvalidConfigError as e:
+        raise click.BadParameter(
+            f"{e}; a group of that name made by hand can be deleted with --force", ctx, param
+        ) from None
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
+
+
 @groups.command("delete", short_help="Delete inactive groups, or one topic of them.")
 @click.option(
-    "--group", "-g", "group_ids", multiple=True, type=NAME, help="A group to delete (repeatable)."
+    "--group",
+    "-g",
+    "group_ids",
+    multiple=True,
+    help="A group to delete (repeatable). Its id must keep group.id's rule unless --force.",
 )
 @click.option(
     "--topic",
     type=NAME,
     help="Delete only this topic's owner and offset nodes (the whole group when it is the "
     "group's only topic). Without --group: from every inactive group that has offsets for it.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Accept a group id that breaks group.id's rule ([a-zA-Z0-9._-]+), as 'groups list' "
+    "may show for a group made by hand in ZooKeeper, so that it can be deleted.",
 )
 @click.option(
     "--force-malformed",
@@ -504,9 +533,12 @@ def _describe_kafka(
 )
 @cluster_options
 @output_option
+@click.pass_context
 def delete(
+    ctx: click.Context,
     group_ids: tuple[str, ...],
     topic: str | None,
+    force: bool,
     force_malformed: bool,
     zookeeper: str,
     bootstrap_server: str | None,
@@ -527,6 +559,8 @@ def delete(
     """
     if not group_ids and topic is None:
         raise click.UsageError("give --group, --topic, or both")
+    for group in group_ids:
+        _check_group_to_delete(ctx, group, force)
     if force_malformed and (topic is not None or not group_ids):
         raise click.UsageError("--force-malformed deletes whole groups: give --group, no --topic")
 

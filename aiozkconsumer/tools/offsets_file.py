@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import ConsumerError, MalformedZookeeperDataError
+from ..config_rules import validate_group_id
+from ..errors import ConsumerError, InvalidConfigError, MalformedZookeeperDataError
 from ..zk import layout
 
 __all__ = [
@@ -85,6 +86,15 @@ class OffsetEntry:
 _OFFSET_PATH_RE = re.compile(r"/consumers/([^/]+)/offsets/([^/]+)/([0-9]+)")
 
 
+def _check_group(number: int, line: str, group: str) -> None:
+    """Refuse a group id that breaks ``group.id``'s rule (the one rule of every command: a
+    group imported here must be one ``groups describe`` and ``offsets reset`` accept)."""
+    try:
+        validate_group_id(group)
+    except InvalidConfigError as e:
+        raise OffsetsFileError(number, line, str(e)) from None
+
+
 def parse_offsets_file(lines: Iterable[str]) -> list[OffsetEntry]:
     """Parse an offsets file as ``ImportZkOffsets`` reads it (0.10.2).
 
@@ -119,6 +129,7 @@ def parse_offsets_file(lines: Iterable[str]) -> list[OffsetEntry]:
                 number, line, "not an offset node /consumers/<group>/offsets/<topic>/<partition>"
             )
         group, topic, partition = match.groups()
+        _check_group(number, line, group)
         try:
             offset = layout.decode_offset(value.strip().encode("ascii", "replace"))
             # layout's checks of group and topic as path elements
@@ -218,6 +229,7 @@ def parse_offsets_csv(lines: Iterable[str], group: str | None = None) -> list[Of
             raise OffsetsFileError(
                 number, line, f"offset {offset!r} is not a non-negative decimal number"
             ) from None
+        _check_group(number, line, row_group)
         try:
             layout.offset_path(row_group, topic, int(partition))
         except ValueError as e:

@@ -812,3 +812,35 @@ def test_offsets_update_points_at_offsets_reset_for_its_targets(option: str) -> 
         "option of 'offsets reset'"
     ) in result.stderr
     assert result.stdout == ""
+
+
+@integration
+async def test_one_rule_for_group_names_and_force_deletes_one_made_by_hand(
+    zk_kafka_cluster: LocalCluster, zk_client: Any, tmp_path: Path, unique_group_id: str
+) -> None:
+    zk = zk_kafka_cluster.zookeeper_connect
+    odd = f"has space {unique_group_id}"  # made by hand: ZooKeeper takes it, group.id does not
+    await zk_client.ensure_path(f"/consumers/{odd}/offsets/t")
+    await zk_client.create(f"/consumers/{odd}/offsets/t/0", b"5")
+    listed = await ainvoke("groups", "list", "--zookeeper", zk)
+    assert odd in listed.stdout.splitlines()  # shown
+    described = await ainvoke("groups", "describe", "--zookeeper", zk, "-g", odd)
+    assert described.exit_code == 2, described.output
+    assert f"{odd!r} is illegal; allowed characters are ASCII" in described.stderr
+    refused = await ainvoke("groups", "delete", "--zookeeper", zk, "-g", odd)
+    assert refused.exit_code == 2, refused.output
+    assert "a group of that name made by hand can be deleted with --force" in refused.stderr
+    assert await zk_client.exists(f"/consumers/{odd}")
+    forced = await ainvoke("groups", "delete", "--zookeeper", zk, "-g", odd, "--force")
+    assert forced.exit_code == 0, forced.output
+    assert not await zk_client.exists(f"/consumers/{odd}")
+    # offsets import does not create such a group (the rule of every other command)
+    offsets = tmp_path / "offsets.txt"
+    offsets.write_text(
+        f"/consumers/{unique_group_id}/offsets/t/0:1\n/consumers/{odd}/offsets/t/0:5\n"
+    )
+    imported = await ainvoke("offsets", "import", "--zookeeper", zk, "-f", str(offsets))
+    assert imported.exit_code == 2, imported.output
+    assert "line 2" in imported.stderr and f"{odd!r} is illegal" in imported.stderr
+    assert not await zk_client.exists(f"/consumers/{odd}")
+    assert not await zk_client.exists(f"/consumers/{unique_group_id}")  # nothing written
