@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from ..records import TopicPartition
 from ..tools import (
@@ -24,6 +25,7 @@ from ..tools import (
     GroupAdmin,
     GroupDescription,
     KafkaGroupAdmin,
+    KafkaGroupDescription,
     MalformedNode,
     MigrationPlan,
     MigrationTarget,
@@ -129,7 +131,9 @@ def offsets() -> None:
 )
 @cluster_options
 @output_option
+@click.pass_context
 def check(
+    ctx: click.Context,
     group: str,
     topic_list: str | None,
     broker_info: bool,
@@ -147,10 +151,26 @@ def check(
 
     Offset and Lag are "unknown" where no offset is committed; Owner is the owner node's
     thread id, or "none".
+
+    A Kafka-coordinated group (Kafka 4 clusters, group.coordinator=kafka, the Java
+    KafkaConsumer) has nothing in ZooKeeper: with --bootstrap-server given alone (no
+    --zookeeper), or with --offsets-storage kafka for a group ZooKeeper does not know, its
+    offsets come from its coordinator and Owner is the member id it is assigned to.
     """
     topics = [t.strip() for t in topic_list.split(",") if t.strip()] if topic_list else None
     for t in topics or ():
         NAME.convert(t, None, None)
+    zookeeper_given = ctx.get_parameter_source("zookeeper") in (
+        ParameterSource.COMMANDLINE,
+        ParameterSource.ENVIRONMENT,
+    )
+    if bootstrap_server and not zookeeper_given:
+        if ctx.get_parameter_source("offsets_storage") is ParameterSource.COMMANDLINE and (
+            offsets_storage == "zookeeper"
+        ):
+            raise click.UsageError("--offsets-storage zookeeper needs --zookeeper", ctx)
+        _check_kafka_group(group, topics, broker_info, bootstrap_server, output)
+        return
 
     async def go() -> tuple[GroupDescription, list[tuple[int, str]]]:
         async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
@@ -169,7 +189,14 @@ def check(
                     brokers = kafka.brokers()
             return description, brokers
 
-    description, brokers = run_async(go)
+    try:
+        description, brokers = run_async(go)
+    except CliError as e:
+        if offsets_storage != "kafka" or not bootstrap_server or e.exit_code != ExitCode.UNKNOWN:
+            raise
+        # Not a ZooKeeper group: maybe a Kafka-coordinated one, whose offsets are in Kafka.
+        _check_kafka_group(group, topics, broker_info, bootstrap_server, output)
+        return
     echo_malformed(description.malformed)
     if output == "json":
         echo_json(
@@ -201,6 +228,64 @@ def check(
             "unknown" if p.log_end_offset is None else p.log_end_offset,
             "unknown" if p.lag is None else p.lag,
             p.owner or "none",
+        )
+        for p in description.partitions
+    ]
+    headers = ("Group", "Topic", "Pid", "Offset", "logSize", "Lag", "Owner")
+    for line in format_table(headers, rows, (15, 30, 3, 15, 15, 15, 0)):
+        click.echo(line)
+    if broker_info:
+        click.echo("BROKER INFO")
+        for broker_id, address in brokers:
+            click.echo(f"{broker_id} -> {address}")
+
+
+def _check_kafka_group(
+    group: str,
+    topics: list[str] | None,
+    broker_info: bool,
+    bootstrap_server: str,
+    output: str,
+) -> None:
+    """``offsets check`` of a Kafka-coordinated group: its coordinator's view, in the checker's
+    columns (Owner: the member id the partition is assigned to)."""
+
+    async def go() -> tuple[KafkaGroupDescription, list[tuple[int, str]]]:
+        async with KafkaGroupAdmin(bootstrap_server, security=connection_security()[0]) as admin:
+            description = await admin.describe_group(group, topics=topics)
+            return description, admin.brokers() if broker_info else []
+
+    description, brokers = run_async(go)
+    if output == "json":
+        echo_json(
+            {
+                "group": group,
+                "partitions": [
+                    {
+                        "group": group,
+                        "topic": p.topic,
+                        "pid": p.partition,
+                        "offset": p.offset,
+                        "log_size": p.log_end_offset,
+                        "lag": p.lag,
+                        "owner": p.member_id,
+                    }
+                    for p in description.partitions
+                ],
+                **({"brokers": {str(i): addr for i, addr in brokers}} if broker_info else {}),
+                "malformed": [],
+            }
+        )
+        return
+    rows = [
+        (
+            group,
+            p.topic,
+            p.partition,
+            "unknown" if p.offset is None else p.offset,
+            "unknown" if p.log_end_offset is None else p.log_end_offset,
+            "unknown" if p.lag is None else p.lag,
+            p.member_id or "none",
         )
         for p in description.partitions
     ]

@@ -320,6 +320,16 @@ class KafkaGroupAdmin(AsyncService):
             await self.close()
             raise
 
+    def brokers(self) -> list[tuple[int, str]]:
+        """The cluster's brokers, ``[(id, "host:port")]`` sorted (from the last metadata).
+
+        Raises:
+            RuntimeError: the admin is not started.
+        """
+        if self._kafka is None:
+            raise RuntimeError("KafkaGroupAdmin is not started")
+        return self._kafka.brokers()
+
     async def close(self) -> None:
         """Close the admin client, then the Kafka client; never raises.
 

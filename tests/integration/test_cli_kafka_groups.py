@@ -140,6 +140,14 @@ async def test_describe_and_list_report_the_member_its_offsets_and_lag(
         described_alone = await ainvoke(
             "groups", "describe", "-g", group, "--bootstrap-server", bootstrap, "-o", "json"
         )
+        # offsets check of a Kafka group: from its coordinator, with --bootstrap-server alone
+        # or --offsets-storage kafka for a group ZooKeeper does not know.
+        checked = await ainvoke("offsets", "check", "-g", group, "--bootstrap-server", bootstrap)
+        checked_storage = await ainvoke(
+            "offsets", "check", "-g", group, "--offsets-storage", "kafka",
+            "--zookeeper", any_cluster.zookeeper_connect, "--bootstrap-server", bootstrap,
+            "-o", "json",
+        )  # fmt: skip
 
     assert ends == {0: 5, 1: 17, 2: 15}
     member_id = stats.member_id
@@ -151,6 +159,18 @@ async def test_describe_and_list_report_the_member_its_offsets_and_lag(
     assert alone.exit_code == 0, alone.output
     assert group in alone.stdout.split()
     assert described_alone.exit_code == 0, described_alone.output
+    assert checked.exit_code == 0, checked.output
+    assert [line.split() for line in checked.stdout.splitlines()] == [
+        ["Group", "Topic", "Pid", "Offset", "logSize", "Lag", "Owner"],
+        [group, topic, "0", "5", "5", "0", member_id],
+        [group, topic, "1", "10", "17", "7", member_id],
+        [group, topic, "2", "15", "15", "0", member_id],
+    ]
+    assert checked_storage.exit_code == 0, checked_storage.output
+    assert [
+        (p["pid"], p["offset"], p["log_size"], p["owner"])
+        for p in json.loads(checked_storage.stdout)["partitions"]
+    ] == [(0, 5, 5, member_id), (1, 10, 17, member_id), (2, 15, 15, member_id)]
     assert json.loads(described_alone.stdout)["coordinator"] == described["coordinator"]
     assert described["group"] == group
     assert described["state"] == "Stable"
