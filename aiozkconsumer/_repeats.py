@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 __all__ = ["REPEAT_INTERVAL_S", "Repeats", "throttle_aiokafka"]
 
@@ -28,9 +28,11 @@ class Repeats:
         clock: the clock (``time.monotonic``; a test's own).
     """
 
-    def __init__(self, interval_s: float = REPEAT_INTERVAL_S, clock: object = None) -> None:
+    def __init__(
+        self, interval_s: float = REPEAT_INTERVAL_S, clock: Callable[[], float] | None = None
+    ) -> None:
         self.interval_s = interval_s
-        self._clock = clock if callable(clock) else time.monotonic
+        self._clock = clock or time.monotonic
         self._runs: dict[Hashable, tuple[float, int]] = {}
         self._lock = threading.Lock()  # logging filters may run on any thread
 

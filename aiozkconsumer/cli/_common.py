@@ -9,6 +9,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from ..config import validate_bootstrap_servers, validate_group_id, validate_zookeeper_connect
 from ..errors import (
@@ -97,6 +98,16 @@ def run_async(make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         raise CliError(str(e), exit_code_for(e)) from None
     except KeyboardInterrupt:
         raise CliError("interrupted", ExitCode.INTERRUPTED) from None
+
+
+def zookeeper_given(ctx: click.Context) -> bool:
+    """Whether ``--zookeeper`` was given (on the command line or in its environment
+    variable) rather than left at its default: a ``--bootstrap-server`` given alone means a
+    cluster without ZooKeeper, as ``kafka-consumer-groups.sh --bootstrap-server``."""
+    return ctx.get_parameter_source("zookeeper") in (
+        ParameterSource.COMMANDLINE,
+        ParameterSource.ENVIRONMENT,
+    )
 
 
 def echo_json(value: Any) -> None:

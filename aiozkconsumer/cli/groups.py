@@ -39,6 +39,7 @@ from ._common import (
     group_admin,
     output_option,
     run_async,
+    zookeeper_given,
 )
 
 __all__ = [
@@ -210,11 +211,7 @@ def _coordinator(ctx: click.Context, coordinator: str | None, bootstrap_server: 
     """
     if coordinator is not None:
         return coordinator
-    zookeeper_given = ctx.get_parameter_source("zookeeper") in (
-        ParameterSource.COMMANDLINE,
-        ParameterSource.ENVIRONMENT,
-    )
-    return "kafka" if bootstrap_server and not zookeeper_given else "zookeeper"
+    return "kafka" if bootstrap_server and not zookeeper_given(ctx) else "zookeeper"
 
 
 def _kafka_bootstrap(ctx: click.Context, bootstrap_server: str | None) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -60,6 +61,7 @@ from ._common import (
     group_admin,
     output_option,
     run_async,
+    zookeeper_given,
 )
 from .groups import echo_malformed, format_table
 
@@ -160,11 +162,7 @@ def check(
     topics = [t.strip() for t in topic_list.split(",") if t.strip()] if topic_list else None
     for t in topics or ():
         NAME.convert(t, None, None)
-    zookeeper_given = ctx.get_parameter_source("zookeeper") in (
-        ParameterSource.COMMANDLINE,
-        ParameterSource.ENVIRONMENT,
-    )
-    if bootstrap_server and not zookeeper_given:
+    if bootstrap_server and not zookeeper_given(ctx):
         if ctx.get_parameter_source("offsets_storage") is ParameterSource.COMMANDLINE and (
             offsets_storage == "zookeeper"
         ):
@@ -198,6 +196,26 @@ def check(
         _check_kafka_group(group, topics, broker_info, bootstrap_server, output)
         return
     echo_malformed(description.malformed)
+    rows = [
+        (p.topic, p.partition, p.offset, p.log_end_offset, p.lag, p.owner)
+        for p in description.partitions
+    ]
+    _echo_checker(group, rows, brokers if broker_info else None, description.malformed, output)
+
+
+_CheckerRow = tuple[str, int, int | None, int | None, int | None, str | None]
+"""``(topic, partition, offset, log end offset, lag, owner)`` of one ``offsets check`` row."""
+
+
+def _echo_checker(
+    group: str,
+    rows: list[_CheckerRow],
+    brokers: list[tuple[int, str]] | None,
+    malformed: Sequence[MalformedNode],
+    output: str,
+) -> None:
+    """Print ``offsets check``'s view (ConsumerOffsetChecker's columns, or JSON) of either
+    kind of group; ``brokers`` with ``--broker-info``, else ``None``."""
     if output == "json":
         echo_json(
             {
@@ -205,36 +223,31 @@ def check(
                 "partitions": [
                     {
                         "group": group,
-                        "topic": p.topic,
-                        "pid": p.partition,
-                        "offset": p.offset,
-                        "log_size": p.log_end_offset,
-                        "lag": p.lag,
-                        "owner": p.owner,
+                        "topic": topic,
+                        "pid": pid,
+                        "offset": offset,
+                        "log_size": log_size,
+                        "lag": lag,
+                        "owner": owner,
                     }
-                    for p in description.partitions
+                    for topic, pid, offset, log_size, lag, owner in rows
                 ],
-                **({"brokers": {str(i): addr for i, addr in brokers}} if broker_info else {}),
-                "malformed": [m.to_json() for m in description.malformed],
+                **({"brokers": {str(i): a for i, a in brokers}} if brokers is not None else {}),
+                "malformed": [m.to_json() for m in malformed],
             }
         )
         return
-    rows = [
-        (
-            group,
-            p.topic,
-            p.partition,
-            "unknown" if p.offset is None else p.offset,
-            "unknown" if p.log_end_offset is None else p.log_end_offset,
-            "unknown" if p.lag is None else p.lag,
-            p.owner or "none",
-        )
-        for p in description.partitions
+    def shown(value: int | None) -> object:
+        return "unknown" if value is None else value
+
+    table = [
+        (group, topic, pid, shown(offset), shown(size), shown(lag), owner or "none")
+        for topic, pid, offset, size, lag, owner in rows
     ]
     headers = ("Group", "Topic", "Pid", "Offset", "logSize", "Lag", "Owner")
-    for line in format_table(headers, rows, (15, 30, 3, 15, 15, 15, 0)):
+    for line in format_table(headers, table, (15, 30, 3, 15, 15, 15, 0)):
         click.echo(line)
-    if broker_info:
+    if brokers is not None:
         click.echo("BROKER INFO")
         for broker_id, address in brokers:
             click.echo(f"{broker_id} -> {address}")
@@ -256,46 +269,11 @@ def _check_kafka_group(
             return description, admin.brokers() if broker_info else []
 
     description, brokers = run_async(go)
-    if output == "json":
-        echo_json(
-            {
-                "group": group,
-                "partitions": [
-                    {
-                        "group": group,
-                        "topic": p.topic,
-                        "pid": p.partition,
-                        "offset": p.offset,
-                        "log_size": p.log_end_offset,
-                        "lag": p.lag,
-                        "owner": p.member_id,
-                    }
-                    for p in description.partitions
-                ],
-                **({"brokers": {str(i): addr for i, addr in brokers}} if broker_info else {}),
-                "malformed": [],
-            }
-        )
-        return
     rows = [
-        (
-            group,
-            p.topic,
-            p.partition,
-            "unknown" if p.offset is None else p.offset,
-            "unknown" if p.log_end_offset is None else p.log_end_offset,
-            "unknown" if p.lag is None else p.lag,
-            p.member_id or "none",
-        )
+        (p.topic, p.partition, p.offset, p.log_end_offset, p.lag, p.member_id)
         for p in description.partitions
     ]
-    headers = ("Group", "Topic", "Pid", "Offset", "logSize", "Lag", "Owner")
-    for line in format_table(headers, rows, (15, 30, 3, 15, 15, 15, 0)):
-        click.echo(line)
-    if broker_info:
-        click.echo("BROKER INFO")
-        for broker_id, address in brokers:
-            click.echo(f"{broker_id} -> {address}")
+    _echo_checker(group, rows, brokers if broker_info else None, (), output)
 
 
 @offsets.command("export")
