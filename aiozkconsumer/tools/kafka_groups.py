@@ -16,10 +16,11 @@ coordinators' error codes are translated here, once, into :mod:`aiozkconsumer.er
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 from aiokafka.admin import AIOKafkaAdminClient
@@ -32,13 +33,32 @@ from ..errors import (
     GroupCoordinatorError,
     KafkaConnectionError,
 )
-from ..kafka.client import KafkaClient, aiokafka_security_kwargs
+from ..kafka.client import EARLIEST, LATEST, KafkaClient, aiokafka_security_kwargs
 from ..kafka.errors import AiokafkaError, IncompatibleBrokerVersion, error_name, is_retriable
 from ..kafka.group import PROTOCOL_TYPE, decode_assignment
+from ..kafka.group_admin import (
+    ConsumerGroupDescribeRequest,
+    DeleteGroupsRequest,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsRequest,
+    ListedGroup,
+    ListGroupsRequest,
+    OffsetDeleteRequest,
+    decode_consumer_group_describe,
+    decode_describe_groups,
+    decode_list_groups,
+    offset_delete_errors,
+)
 from ..kafka.transactions import READ_COMMITTED, READ_UNCOMMITTED
+from ..offsets import KafkaOffsetStore
 from ..records import TopicPartition
 from ..security import KafkaSecurity
-from .admin import UnknownGroupError
+from .admin import GroupActiveError, MalformedNode, ResetStorage, UnknownGroupError
+from .admin.reset import reset_group_offsets
+from .admin.session import leader_offsets
+from .offsets_file import OffsetEntry
+from .reset import ResetPlan, ResetScope, ResetSpec
 
 __all__ = [
     "GROUP_STATES",
@@ -57,19 +77,34 @@ GROUP_STATES = ("Stable", "PreparingRebalance", "CompletingRebalance", "Empty", 
 """The states of a classic group the coordinator reports (``GroupState`` of Kafka's
 ``GroupMetadata``). ``Dead``: the group does not exist (any more)."""
 
-_REBALANCING = frozenset({"PreparingRebalance", "CompletingRebalance"})
+_REBALANCING = frozenset({"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"})
 _CONSUMER_PROTOCOL_TYPES = frozenset({PROTOCOL_TYPE, ""})
 """Protocol types of consumer groups: ``consumer``, and ``""`` for groups that only commit
 offsets (no member ever joined), as Java's ``Admin.listConsumerGroups`` filters."""
 
 # Error codes (org.apache.kafka.common.protocol.Errors) this module treats specially.
 _REQUEST_TIMED_OUT = 7
+_NON_EMPTY_GROUP = 68
 _GROUP_ID_NOT_FOUND = 69
+_GROUP_SUBSCRIBED_TO_TOPIC = 86  # OffsetDelete of a topic live members read (KIP-496)
 
 _BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 1.0
 _DESCRIBE_CONCURRENCY = 8  # DescribeGroups requests in flight while listing
 _CLOSE_STEP_LIMIT_S = 5.0  # each step of KafkaGroupAdmin.close, in seconds
+
+
+def _kafka_storage(storage: str) -> None:
+    if storage != "kafka":
+        raise ValueError(f"a Kafka-coordinated group keeps its offsets in Kafka, not {storage!r}")
+
+
+def _offset_delete_error(code: int) -> str | None:
+    if code == 0:
+        return None
+    if code == _GROUP_SUBSCRIBED_TO_TOPIC:
+        return "GROUP_SUBSCRIBED_TO_TOPIC: the group's live members read this topic"
+    return error_name(code)
 
 
 class _ErrorCode(Exception):
@@ -90,15 +125,24 @@ class KafkaGroupListing:
         state: one of :data:`GROUP_STATES` but ``Dead`` (a state a newer broker may add is
             passed on as it is).
         protocol_type: ``"consumer"``, or ``""`` for a group that only has committed offsets.
+        group_type: ``"classic"`` (JoinGroup/SyncGroup) or ``"consumer"`` (KIP-848's
+            protocol, ``group.protocol=consumer``), as ``kafka-consumer-groups.sh --list
+            --type``.
     """
 
     group: str
     state: str
     protocol_type: str
+    group_type: str = "classic"
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return {"group": self.group, "state": self.state, "protocol_type": self.protocol_type}
+        return {
+            "group": self.group,
+            "state": self.state,
+            "protocol_type": self.protocol_type,
+            "type": self.group_type,
+        }
 
 
 @dataclass(frozen=True)
@@ -109,14 +153,17 @@ class MemberAssignmentState:
         member_id: the member id the coordinator gave (the tool's ``CONSUMER-ID``).
         client_id: the member's ``client.id``.
         host: the address the coordinator saw the member connect from, e.g. ``/127.0.0.1``.
-        assignment: the partitions the group's leader assigned it, sorted; empty while the
-            group rebalances.
+        assignment: the partitions the group's leader (a ``consumer`` group: the
+            coordinator) assigned it, sorted; empty while the group rebalances.
+        instance_id: its ``group.instance.id`` (static membership, KIP-345); ``None`` for a
+            dynamic member.
     """
 
     member_id: str
     client_id: str
     host: str
     assignment: tuple[TopicPartition, ...]
+    instance_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: the member id as ``consumer_id`` (the key of ZooKeeper groups'
@@ -126,6 +173,7 @@ class MemberAssignmentState:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         return {
             "consumer_id": self.member_id,
+            "group_instance_id": self.instance_id,
             "client_id": self.client_id,
             "host": self.host,
             "assignment": by_topic,
@@ -191,6 +239,8 @@ class KafkaGroupDescription:
         members: the members, sorted by member id.
         partitions: every partition the group has a committed offset for or a member is
             assigned, sorted by topic and partition.
+        group_type: ``"classic"`` or ``"consumer"`` (KIP-848; its states are ``Empty``,
+            ``Assigning``, ``Reconciling``, ``Stable``).
     """
 
     group: str
@@ -201,6 +251,7 @@ class KafkaGroupDescription:
     coordinator: str
     members: tuple[MemberAssignmentState, ...]
     partitions: tuple[PartitionAssignmentState, ...]
+    group_type: str = "classic"
 
     @property
     def rebalancing(self) -> bool:
@@ -221,6 +272,7 @@ class KafkaGroupDescription:
             "group": self.group,
             "state": self.state,
             "protocol_type": self.protocol_type,
+            "type": self.group_type,
             "assignor": self.assignor,
             "coordinator": {"id": self.coordinator_id, "address": self.coordinator},
             "partitions": [p.to_json() for p in self.partitions],
@@ -362,35 +414,50 @@ class KafkaGroupAdmin(AsyncService):
     async def list_groups(self) -> list[KafkaGroupListing]:
         """The consumer groups the coordinators know, with their state, sorted by group id.
 
-        As ``kafka-consumer-groups.sh --bootstrap-server --list`` (``--state`` in Kafka 2.6+):
-        ListGroups to every broker, keeping the groups of protocol type ``consumer`` or ``""``
-        (offsets only), then DescribeGroups for each one's state. A group that died in between
-        is left out.
+        As ``kafka-consumer-groups.sh --bootstrap-server --list --state --type`` (Kafka 3.8+):
+        ListGroups (v5, else v4) to every broker, keeping the groups of protocol type
+        ``consumer`` or ``""`` (offsets only), classic and ``consumer`` (KIP-848) alike.
 
         Returns:
             The listings.
 
         Raises:
-            BrokerNotAvailableError: a broker or coordinator did not answer in time.
+            BrokerNotAvailableError: a broker did not answer in time.
             GroupCoordinatorError: a broker answered with an error (e.g.
-                ``CLUSTER_AUTHORIZATION_FAILED``), or kept answering a retriable one.
+                ``CLUSTER_AUTHORIZATION_FAILED``), kept answering a retriable one, or has no
+                ListGroups v4 (Kafka before 2.6).
         """
-        admin = self._started()[0]
-        listed: list[tuple[str, str]] = await self._retrying(
-            "ListGroups", None, admin.list_consumer_groups
-        )
-        groups = sorted(
-            {g for g, protocol_type in listed if protocol_type in _CONSUMER_PROTOCOL_TYPES}
-        )
-        limiter = anyio.CapacityLimiter(_DESCRIBE_CONCURRENCY)
+        kafka = self._started()[1]
 
-        async def state_of(group: str) -> KafkaGroupListing:
-            async with limiter:
-                _, described = await self._describe(group)
-            return KafkaGroupListing(group, str(described[2]), str(described[3]))
+        def from_broker(node: int) -> Callable[[], Awaitable[list[ListedGroup]]]:
+            async def once() -> list[ListedGroup]:
+                code, listed = decode_list_groups(await kafka.raw.send(node, ListGroupsRequest()))
+                if code:
+                    raise _ErrorCode(code)
+                return listed
 
-        listings = await gather(state_of(g) for g in groups)
-        return [g for g in listings if g.state != "Dead"]
+            return once
+
+        per_broker = await gather(
+            self._retrying("ListGroups", None, from_broker(node)) for node, _ in kafka.brokers()
+        )
+        listings = {
+            g.group: KafkaGroupListing(g.group, g.state, g.protocol_type, g.group_type)
+            for listed in per_broker
+            for g in listed
+            if g.protocol_type in _CONSUMER_PROTOCOL_TYPES and g.state != "Dead"
+        }
+        return [listings[g] for g in sorted(listings)]
+
+    async def member_ids(self, group: str) -> list[str]:
+        """The member ids of a group's live members, sorted; empty when it has none or does
+        not exist (DescribeGroups, else ConsumerGroupDescribe for a ``consumer`` group).
+
+        Raises:
+            BrokerNotAvailableError, GroupCoordinatorError: as :meth:`describe_group`.
+        """
+        _, described = await self._describe(group)
+        return sorted(m.member_id for m in described.members)
 
     async def describe_group(
         self,
@@ -401,9 +468,10 @@ class KafkaGroupAdmin(AsyncService):
     ) -> KafkaGroupDescription:
         """Describe a group: its state and members, per partition offset, log end offset, lag.
 
-        As ``kafka-consumer-groups.sh --bootstrap-server --describe`` (0.10.2): the members
-        and their assignments from DescribeGroups, the committed offsets from OffsetFetch (all
-        the group has), the log end offsets from each partition's leader.
+        As ``kafka-consumer-groups.sh --bootstrap-server --describe``: the members and their
+        assignments from DescribeGroups (a ``consumer`` group, KIP-848: ConsumerGroupDescribe,
+        as the Java ``Admin`` does), the committed offsets from OffsetFetch (all the group
+        has), the log end offsets from each partition's leader.
 
         Args:
             group: the group id.
@@ -426,9 +494,9 @@ class KafkaGroupAdmin(AsyncService):
             GroupCoordinatorError: the coordinator answered with an error (e.g.
                 ``GROUP_AUTHORIZATION_FAILED``), or kept answering a retriable one.
         """
-        admin, kafka = self._started()
+        kafka = self._started()[1]
         coordinator_id, described = await self._describe(group)
-        _, _, state, protocol_type, protocol, raw_members = described[:6]
+        state, protocol_type = described.state, described.protocol_type
         if state == "Dead":
             raise UnknownGroupError(group, f"Consumer group '{group}' does not exist.")
         if protocol_type not in _CONSUMER_PROTOCOL_TYPES:
@@ -437,16 +505,9 @@ class KafkaGroupAdmin(AsyncService):
                 f"Group '{group}' is not a consumer group (protocol type '{protocol_type}').",
             )
         members = sorted(
-            (self._member(group, raw) for raw in raw_members), key=lambda m: m.member_id
+            (self._member(group, raw) for raw in described.members), key=lambda m: m.member_id
         )
-        committed: dict[Any, Any] = await self._retrying(
-            "OffsetFetch", group, lambda: admin.list_consumer_group_offsets(group)
-        )
-        offsets = {
-            TopicPartition(tp.topic, tp.partition): int(meta.offset)
-            for tp, meta in committed.items()
-            if meta.offset >= 0
-        }
+        offsets = await self._committed(group)
         owners = {tp: m for m in members for tp in m.assignment}
         tps = sorted(set(offsets) | set(owners))
         if topics is not None:
@@ -465,14 +526,278 @@ class KafkaGroupAdmin(AsyncService):
                 )
         return KafkaGroupDescription(
             group=group,
-            state=str(state),
-            protocol_type=str(protocol_type),
-            assignor=str(protocol) or None,
+            state=state,
+            protocol_type=protocol_type,
+            assignor=described.assignor or None,
             coordinator_id=coordinator_id,
             coordinator=kafka.broker_address(coordinator_id),
             members=tuple(members),
             partitions=tuple(_partition_state(tp, offsets, log_end, owners) for tp in tps),
+            group_type=described.group_type,
         )
+
+    # -- offsets (the ResetSource of offsets reset) ----------------------------------------
+
+    async def partitions_for(self, topics: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """The partition ids of each topic (Kafka metadata); an unknown topic has none.
+
+        Raises:
+            NoBrokersError: no broker answered a metadata request.
+        """
+        return await self._started()[1].partitions_for_topics(topics)
+
+    async def list_offsets(
+        self,
+        tps: Iterable[TopicPartition],
+        which: Literal["earliest", "latest"],
+        *,
+        isolation_level: str = "read_uncommitted",
+    ) -> dict[TopicPartition, int]:
+        """Each partition's log start (``"earliest"``) or log end (``"latest"``) offset, from
+        its leader; as :meth:`GroupAdmin.list_offsets
+        <aiozkconsumer.tools.GroupAdmin.list_offsets>`.
+
+        Raises:
+            NoBrokersError: no broker answered a metadata request.
+            BrokerNotAvailableError: a partition has no leader, or its leader is unreachable.
+        """
+        isolation = READ_COMMITTED if isolation_level == "read_committed" else READ_UNCOMMITTED
+        return await leader_offsets(
+            self._started()[1], tps, EARLIEST if which == "earliest" else LATEST, isolation
+        )
+
+    async def offsets_for_times(
+        self, tps: Iterable[TopicPartition], timestamp_ms: int
+    ) -> dict[TopicPartition, int]:
+        """The first offset at or after ``timestamp_ms`` (epoch ms, >= 0) of each partition,
+        ``-1`` where no record is that recent (ListOffsets, as ``offsetsForTimes``).
+
+        Raises:
+            NoBrokersError, BrokerNotAvailableError: as :meth:`list_offsets`.
+            ValueError: ``timestamp_ms`` is negative.
+        """
+        if timestamp_ms < 0:
+            raise ValueError(f"timestamp_ms must be >= 0, got {timestamp_ms}")
+        return await leader_offsets(self._started()[1], tps, timestamp_ms)
+
+    async def committed_offsets(
+        self,
+        group: str,
+        tps: Iterable[TopicPartition] | None = None,
+        *,
+        storage: ResetStorage = "kafka",
+        malformed: list[MalformedNode] | None = None,
+    ) -> dict[TopicPartition, int]:
+        """A group's committed offsets (OffsetFetch of every partition it has one for).
+
+        Args:
+            group: the group id.
+            tps: keep only these partitions; ``None``: all.
+            storage: must be ``"kafka"`` (the signature of
+                :meth:`GroupAdmin.committed_offsets
+                <aiozkconsumer.tools.GroupAdmin.committed_offsets>`).
+            malformed: unused (Kafka has no malformed nodes).
+
+        Returns:
+            ``{tp: offset}`` of the partitions with a committed offset.
+
+        Raises:
+            ValueError: ``storage`` is not ``"kafka"``.
+            BrokerNotAvailableError, GroupCoordinatorError: as :meth:`describe_group`.
+        """
+        _kafka_storage(storage)
+        offsets = await self._committed(group)
+        if tps is None:
+            return offsets
+        wanted = set(tps)
+        return {tp: o for tp, o in offsets.items() if tp in wanted}
+
+    async def write_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int], storage: ResetStorage = "kafka"
+    ) -> None:
+        """Commit offsets for a group with no live member (OffsetCommit, generation -1 and
+        member id ``""``, as ``kafka-consumer-groups.sh`` writes a reset). Live members are
+        not checked for here (:meth:`reset_offsets` and :meth:`import_offsets` do): the
+        coordinator refuses such a commit while the group has members.
+
+        Raises:
+            ValueError: ``storage`` is not ``"kafka"``.
+            OffsetCommitError: the coordinator did not accept every offset after 3 attempts.
+            KafkaConnectionError: no broker to commit to.
+        """
+        _kafka_storage(storage)
+        if not offsets:
+            return
+        kafka = self._started()[1]
+
+        async def client() -> KafkaClient:
+            return kafka
+
+        store = KafkaOffsetStore(
+            client, group, backoff_ms=200, socket_timeout_ms=self.request_timeout_ms
+        )
+        try:
+            await store.commit(offsets, retries=2)
+        finally:
+            await store.close()
+
+    async def reset_offsets(
+        self,
+        group: str,
+        scope: ResetScope | None,
+        spec: ResetSpec,
+        *,
+        execute: bool = False,
+    ) -> ResetPlan:
+        """Plan a reset of a group's offsets and, with ``execute``, commit it.
+
+        As ``kafka-consumer-groups.sh --bootstrap-server --reset-offsets``: the same steps and
+        plan as :meth:`GroupAdmin.reset_offsets <aiozkconsumer.tools.GroupAdmin.reset_offsets>`
+        (``storage="kafka"``), the live members asked of the coordinator (DescribeGroups /
+        ConsumerGroupDescribe) before anything is read or written.
+
+        Raises:
+            GroupActiveError: ``execute`` and the group has live members.
+            UnknownGroupError: ``--all-topics`` and the group has no committed offset.
+            UnknownTopicError: a topic of the scope or the file does not exist or lacks a
+                partition named.
+            ResetPlanError: ``--shift-by`` of a partition without a committed offset.
+            BrokerNotAvailableError: a partition's leader gave no log start / end offset, or
+                the coordinator did not answer.
+            GroupCoordinatorError: the coordinator answered with an error.
+            OffsetCommitError: the coordinator refused the commit.
+        """
+        return await reset_group_offsets(self, group, scope, spec, storage="kafka", execute=execute)
+
+    async def export_offsets(self, groups: Iterable[str] | None = None) -> list[OffsetEntry]:
+        """The committed offsets of groups, as ``offsets export`` writes them.
+
+        Args:
+            groups: the group ids; ``None``: every consumer group :meth:`list_groups` shows.
+
+        Returns:
+            The entries, sorted by group, topic and partition.
+
+        Raises:
+            UnknownGroupError: a group named in ``groups`` has no committed offset and no
+                member.
+            BrokerNotAvailableError, GroupCoordinatorError: as :meth:`describe_group`.
+        """
+        named = groups is not None
+        names = (
+            sorted(set(groups))
+            if groups is not None
+            else [g.group for g in await self.list_groups()]
+        )
+        entries: list[OffsetEntry] = []
+        for group in names:
+            offsets = await self._committed(group)
+            if not offsets and named and not await self.member_ids(group):
+                raise UnknownGroupError(group, f"Consumer group '{group}' does not exist.")
+            entries += [
+                OffsetEntry(group, tp.topic, tp.partition, o) for tp, o in sorted(offsets.items())
+            ]
+        return entries
+
+    async def import_offsets(self, entries: Iterable[OffsetEntry]) -> int:
+        """Commit the offsets of ``entries``, refusing every group with live members first.
+
+        Unlike ``ImportZkOffsets`` (which wrote over live groups), nothing is written while a
+        group of the file has live members: the coordinator would refuse the commit
+        (``UNKNOWN_MEMBER_ID``), after some groups had been written.
+
+        Returns:
+            How many offsets were committed.
+
+        Raises:
+            GroupActiveError: a group of the file has live members (nothing written).
+            OffsetCommitError: the coordinator refused a commit.
+            BrokerNotAvailableError, GroupCoordinatorError: as :meth:`describe_group`.
+        """
+        by_group: dict[str, dict[TopicPartition, int]] = {}
+        for e in entries:
+            by_group.setdefault(e.group, {})[TopicPartition(e.topic, e.partition)] = e.offset
+        for group in sorted(by_group):
+            members = await self.member_ids(group)
+            if members:
+                raise GroupActiveError(
+                    group,
+                    members,
+                    f"Group '{group}' has live members ({', '.join(members)}): its "
+                    "coordinator refuses offsets from outside the group. Stop them first; "
+                    "nothing was imported.",
+                )
+        for group, offsets in sorted(by_group.items()):
+            await self.write_offsets(group, offsets)
+        return sum(len(o) for o in by_group.values())
+
+    # -- deletion ------------------------------------------------------------------------
+
+    async def delete_group(self, group: str) -> None:
+        """Delete a group with no live member and its committed offsets (DeleteGroups, as
+        ``kafka-consumer-groups.sh --bootstrap-server --delete``).
+
+        Raises:
+            GroupActiveError: the group has live members (``NON_EMPTY_GROUP``).
+            UnknownGroupError: the coordinator does not know the group.
+            GroupCoordinatorError: another error (e.g. ``GROUP_AUTHORIZATION_FAILED``).
+            BrokerNotAvailableError: the coordinator did not answer.
+        """
+        admin, kafka = self._started()
+
+        async def once() -> int:
+            node = int(await admin.find_coordinator(group))
+            response = await kafka.raw.send(node, DeleteGroupsRequest([group]))
+            codes = {str(g): int(code) for g, code, *_ in response.results}
+            code = codes.get(group, 0)
+            if code and code != _NON_EMPTY_GROUP:
+                raise _ErrorCode(code)
+            return code
+
+        if await self._retrying("DeleteGroups", group, once) == _NON_EMPTY_GROUP:
+            members = await self.member_ids(group)
+            raise GroupActiveError(
+                group,
+                members,
+                f"Deletion of group '{group}' failed because the group is not empty: it has "
+                f"live members ({', '.join(members) or 'joining'}). Stop them first.",
+            )
+
+    async def delete_offsets(
+        self, group: str, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, str | None]:
+        """Delete a group's committed offsets of some partitions (OffsetDelete, KIP-496, as
+        ``kafka-consumer-groups.sh --delete-offsets``).
+
+        Args:
+            group: the group id.
+            partitions: the partitions.
+
+        Returns:
+            ``{tp: None}`` where the offset was deleted (or there was none), else ``{tp: the
+            coordinator's error name}`` (``GROUP_SUBSCRIBED_TO_TOPIC``: a live member reads
+            the topic).
+
+        Raises:
+            UnknownGroupError: the coordinator does not know the group.
+            GroupCoordinatorError: a group-level error (e.g. ``NON_EMPTY_GROUP`` is never one;
+                ``GROUP_AUTHORIZATION_FAILED`` is).
+            BrokerNotAvailableError: the coordinator did not answer.
+        """
+        admin, kafka = self._started()
+        tps = sorted(set(partitions))
+
+        async def once() -> Mapping[TopicPartition, int]:
+            node = int(await admin.find_coordinator(group))
+            code, per_partition = offset_delete_errors(
+                await kafka.raw.send(node, OffsetDeleteRequest(group, tps))
+            )
+            if code:
+                raise _ErrorCode(code)
+            return per_partition
+
+        per_partition = await self._retrying("OffsetDelete", group, once)
+        return {tp: _offset_delete_error(per_partition.get(tp, 0)) for tp in tps}
 
     # -- requests ------------------------------------------------------------------------
 
@@ -481,34 +806,64 @@ class KafkaGroupAdmin(AsyncService):
             raise ConsumerError("KafkaGroupAdmin is not started")
         return self._admin, self._kafka
 
-    async def _describe(self, group: str) -> tuple[int, Sequence[Any]]:
-        """``(coordinator id, the group of the DescribeGroups answer)``.
+    async def _describe(self, group: str) -> tuple[int, DescribedGroup]:
+        """``(coordinator id, the group as its coordinator describes it)``.
 
-        One group per request: aiokafka decodes DescribeGroups v3 answers with the v2 schema,
-        which leaves out each group's authorized operations — harmless only after the last one.
+        DescribeGroups v5 first; a group it calls ``Dead`` (or ``GROUP_ID_NOT_FOUND``) is
+        asked for again with ConsumerGroupDescribe, where the broker has it: a ``consumer``
+        group (KIP-848) is not a classic one. A group neither knows comes back ``Dead``.
         """
-        admin = self._started()[0]
+        admin, kafka = self._started()
 
-        async def once() -> tuple[int, Sequence[Any]]:
+        async def once() -> tuple[int, DescribedGroup]:
             node = int(await admin.find_coordinator(group))
-            (response,) = await admin.describe_consumer_groups([group], group_coordinator_id=node)
-            (described,) = response.groups
-            if described[0]:
-                raise _ErrorCode(int(described[0]))
-            return node, described
+            (described,) = decode_describe_groups(
+                await kafka.raw.send(node, DescribeGroupsRequest([group]))
+            )
+            if described.error_code not in (0, _GROUP_ID_NOT_FOUND):
+                raise _ErrorCode(described.error_code)
+            if described.error_code == 0 and described.state != "Dead":
+                return node, described
+            try:
+                response = await kafka.raw.send(node, ConsumerGroupDescribeRequest([group]))
+            except IncompatibleBrokerVersion:  # no consumer groups on this broker
+                return node, dataclasses.replace(described, error_code=0, state="Dead")
+            (consumer_group,) = decode_consumer_group_describe(response)
+            if consumer_group.error_code == 0 and consumer_group.state != "Dead":
+                return node, consumer_group
+            if consumer_group.error_code not in (0, _GROUP_ID_NOT_FOUND):
+                raise _ErrorCode(consumer_group.error_code)
+            return node, dataclasses.replace(described, error_code=0, state="Dead")
 
         return await self._retrying("DescribeGroups", group, once)
 
+    async def _committed(self, group: str) -> dict[TopicPartition, int]:
+        """Every committed offset of the group (OffsetFetch of all partitions)."""
+        admin = self._started()[0]
+        committed: dict[Any, Any] = await self._retrying(
+            "OffsetFetch", group, lambda: admin.list_consumer_group_offsets(group)
+        )
+        return {
+            TopicPartition(tp.topic, tp.partition): int(meta.offset)
+            for tp, meta in committed.items()
+            if meta.offset >= 0
+        }
+
     @staticmethod
-    def _member(group: str, raw: Sequence[Any]) -> MemberAssignmentState:
-        member_id, client_id, host, _metadata, assignment = raw[:5]
-        try:
-            tps = decode_assignment(bytes(assignment))
-        except ValueError as e:
-            # Another client's protocol under type "consumer": show the member, not its share.
-            log.warning("group %r: member %s: %s", group, member_id, e)
-            tps = []
-        return MemberAssignmentState(str(member_id), str(client_id), str(host), tuple(tps))
+    def _member(group: str, raw: DescribedMember) -> MemberAssignmentState:
+        if raw.assignment is None:  # a consumer group's member: the coordinator's assignment
+            tps = list(raw.partitions)
+        else:
+            try:
+                tps = decode_assignment(raw.assignment) if raw.assignment else []
+            except ValueError as e:
+                # Another client's protocol under type "consumer": show the member, not its
+                # share.
+                log.warning("group %r: member %s: %s", group, raw.member_id, e)
+                tps = []
+        return MemberAssignmentState(
+            raw.member_id, raw.client_id, raw.host, tuple(sorted(tps)), raw.instance_id
+        )
 
     async def _retrying(
         self, what: str, group: str | None, request: Callable[[], Awaitable[_T]]

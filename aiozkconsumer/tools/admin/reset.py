@@ -9,6 +9,8 @@ refusing a group with live members.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Literal, Protocol
 
 from ...errors import BrokerNotAvailableError
 from ...records import TopicPartition
@@ -28,7 +30,38 @@ from .errors import GroupActiveError, UnknownGroupError
 from .nodes import MalformedNode
 from .offsets import OffsetTools, ResetStorage
 
-__all__ = ["ResetTools"]
+__all__ = ["ResetSource", "ResetTools", "reset_group_offsets"]
+
+
+class ResetSource(Protocol):
+    """What :func:`reset_group_offsets` reads and writes through: a ZooKeeper group's
+    :class:`ResetTools`, or :class:`~aiozkconsumer.tools.KafkaGroupAdmin` for a group of a
+    Kafka coordinator."""
+
+    async def member_ids(self, group: str) -> list[str]: ...
+
+    async def committed_offsets(
+        self,
+        group: str,
+        tps: Iterable[TopicPartition] | None = None,
+        *,
+        storage: ResetStorage = "zookeeper",
+        malformed: list[MalformedNode] | None = None,
+    ) -> dict[TopicPartition, int]: ...
+
+    async def partitions_for(self, topics: Iterable[str]) -> dict[str, tuple[int, ...]]: ...
+
+    async def list_offsets(
+        self, tps: Iterable[TopicPartition], which: Literal["earliest", "latest"]
+    ) -> dict[TopicPartition, int]: ...
+
+    async def offsets_for_times(
+        self, tps: Iterable[TopicPartition], timestamp_ms: int
+    ) -> dict[TopicPartition, int]: ...
+
+    async def write_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int], storage: ResetStorage
+    ) -> None: ...
 
 
 class ResetTools(OffsetTools):
@@ -81,68 +114,84 @@ class ResetTools(OffsetTools):
             ValueError: ``group`` cannot be a ZooKeeper path element.
         """
         layout.group_dir(group)
-        if execute:
-            members = await self.member_ids(group)
-            if members:
-                raise GroupActiveError(
-                    group,
-                    members,
-                    f"Offsets of group '{group}' can only be reset while it has no live "
-                    f"members; live now: {', '.join(members)}. Stop them first (their next "
-                    "commit would overwrite the reset).",
-                )
-        malformed: list[MalformedNode] = []
-        committed: dict[TopicPartition, int] = {}
-        if isinstance(spec, FromOffsets):
-            topics = {tp.topic for tp in spec.offsets}
-        elif isinstance(scope, AllTopics):
-            committed = await self.committed_offsets(group, storage=storage, malformed=malformed)
-            if not committed:
-                raise UnknownGroupError(
-                    group,
-                    f"Consumer group '{group}' has no committed offsets in {storage}: "
-                    "nothing to reset with --all-topics.",
-                )
-            topics = {tp.topic for tp in committed}
-        elif isinstance(scope, TopicsScope):
-            topics = set(scope.topics)
-        else:
-            raise ValueError("a reset needs --topic or --all-topics (or --from-file)")
-        partitions = await self.partitions_for(topics)
-        tps = select_partitions(scope, spec, partitions, committed)
-        if not isinstance(scope, AllTopics) or isinstance(spec, FromOffsets):
-            committed = await self.committed_offsets(
-                group, tps, storage=storage, malformed=malformed
+        return await reset_group_offsets(self, group, scope, spec, storage=storage, execute=execute)
+
+
+async def reset_group_offsets(
+    source: ResetSource,
+    group: str,
+    scope: ResetScope | None,
+    spec: ResetSpec,
+    *,
+    storage: ResetStorage,
+    execute: bool,
+) -> ResetPlan:
+    """The steps of ``--reset-offsets`` over ``source``: refuse live members (with
+    ``execute``), read what the plan needs, plan, and with ``execute`` write.
+
+    Args and Raises: as :meth:`ResetTools.reset_offsets`, for the group ``source`` holds
+    (ZooKeeper errors only from a ZooKeeper source).
+    """
+    if execute:
+        members = await source.member_ids(group)
+        if members:
+            raise GroupActiveError(
+                group,
+                members,
+                f"Offsets of group '{group}' can only be reset while it has no live "
+                f"members; live now: {', '.join(members)}. Stop them first (their next "
+                "commit would overwrite the reset).",
             )
-        log_start = await self.list_offsets(tps, "earliest")
-        log_end = await self.list_offsets(tps, "latest")
-        unanswered = [tp for tp in tps if tp not in log_start or tp not in log_end]
-        if unanswered:
-            raise BrokerNotAvailableError(
-                "no log start / end offset from the leaders of "
-                + ", ".join(f"[{tp.topic},{tp.partition}]" for tp in unanswered)
+    malformed: list[MalformedNode] = []
+    committed: dict[TopicPartition, int] = {}
+    if isinstance(spec, FromOffsets):
+        topics = {tp.topic for tp in spec.offsets}
+    elif isinstance(scope, AllTopics):
+        committed = await source.committed_offsets(group, storage=storage, malformed=malformed)
+        if not committed:
+            raise UnknownGroupError(
+                group,
+                f"Consumer group '{group}' has no committed offsets in {storage}: "
+                "nothing to reset with --all-topics.",
             )
-        by_time = None
-        if isinstance(spec, ToTimestamp):
-            by_time = await self.offsets_for_times(tps, spec.timestamp_ms)
-        plan = plan_reset(
-            group,
-            tps,
-            spec,
-            current=committed,
-            log_start=log_start,
-            log_end=log_end,
-            by_time=by_time,
+        topics = {tp.topic for tp in committed}
+    elif isinstance(scope, TopicsScope):
+        topics = set(scope.topics)
+    else:
+        raise ValueError("a reset needs --topic or --all-topics (or --from-file)")
+    partitions = await source.partitions_for(topics)
+    tps = select_partitions(scope, spec, partitions, committed)
+    if not isinstance(scope, AllTopics) or isinstance(spec, FromOffsets):
+        committed = await source.committed_offsets(group, tps, storage=storage, malformed=malformed)
+    log_start = await source.list_offsets(tps, "earliest")
+    log_end = await source.list_offsets(tps, "latest")
+    unanswered = [tp for tp in tps if tp not in log_start or tp not in log_end]
+    if unanswered:
+        raise BrokerNotAvailableError(
+            "no log start / end offset from the leaders of "
+            + ", ".join(f"[{tp.topic},{tp.partition}]" for tp in unanswered)
         )
-        if malformed:
-            plan = dataclasses.replace(
-                plan,
-                warnings=plan.warnings
-                + tuple(
-                    f"{m.path} does not parse ({m.reason}): counted as no committed offset"
-                    for m in malformed
-                ),
-            )
-        if execute:
-            await self.write_offsets(group, plan.new_offsets, storage)
-        return plan
+    by_time = None
+    if isinstance(spec, ToTimestamp):
+        by_time = await source.offsets_for_times(tps, spec.timestamp_ms)
+    plan = plan_reset(
+        group,
+        tps,
+        spec,
+        current=committed,
+        log_start=log_start,
+        log_end=log_end,
+        by_time=by_time,
+    )
+    if malformed:
+        plan = dataclasses.replace(
+            plan,
+            warnings=plan.warnings
+            + tuple(
+                f"{m.path} does not parse ({m.reason}): counted as no committed offset"
+                for m in malformed
+            ),
+        )
+    if execute:
+        await source.write_offsets(group, plan.new_offsets, storage)
+    return plan
