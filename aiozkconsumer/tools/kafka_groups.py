@@ -84,6 +84,7 @@ offsets (no member ever joined), as Java's ``Admin.listConsumerGroups`` filters.
 
 # Error codes (org.apache.kafka.common.protocol.Errors) this module treats specially.
 _REQUEST_TIMED_OUT = 7
+_UNSUPPORTED_VERSION = 35
 _NON_EMPTY_GROUP = 68
 _GROUP_ID_NOT_FOUND = 69
 _GROUP_SUBSCRIBED_TO_TOPIC = 86  # OffsetDelete of a topic live members read (KIP-496)
@@ -831,7 +832,9 @@ class KafkaGroupAdmin(AsyncService):
             (consumer_group,) = decode_consumer_group_describe(response)
             if consumer_group.error_code == 0 and consumer_group.state != "Dead":
                 return node, consumer_group
-            if consumer_group.error_code not in (0, _GROUP_ID_NOT_FOUND):
+            # UNSUPPORTED_VERSION: a broker that lists the API but runs no consumer groups
+            # (Kafka 3.x without the new group coordinator).
+            if consumer_group.error_code not in (0, _GROUP_ID_NOT_FOUND, _UNSUPPORTED_VERSION):
                 raise _ErrorCode(consumer_group.error_code)
             return node, dataclasses.replace(described, error_code=0, state="Dead")
 

@@ -31,6 +31,7 @@ from aiozkconsumer import (
 from aiozkconsumer.base_connector import ConsumerConnector
 from aiozkconsumer.cli import cli
 from aiozkconsumer.kafka.group import encode_assignment
+from aiozkconsumer.kafka.group_admin import ConsumerGroupDescribeRequest, DescribeGroupsRequest
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.tools import (
     KafkaGroupAdmin,
@@ -214,7 +215,8 @@ async def test_describe_and_list_report_the_member_its_offsets_and_lag(
     assert group in listed.stdout.splitlines()
     listings = json.loads(listed_json.stdout)
     assert group in listings["groups"]
-    assert {"group": group, "state": "Stable", "protocol_type": "consumer"} in listings["listings"]
+    listing = {"group": group, "state": "Stable", "protocol_type": "consumer", "type": "classic"}
+    assert listing in listings["listings"]
 
     # The member left (LeaveGroup): the group is Empty, its offsets stay, nobody owns them.
     empty = await ainvoke("groups", "describe", "-g", group, *kafka, "-o", "json")
@@ -232,7 +234,8 @@ async def test_describe_and_list_report_the_member_its_offsets_and_lag(
     assert empty_text.stderr == f"Consumer group '{group}' has no active members.\n"
     assert empty_text.stdout.splitlines()[2].split() == [topic, "1", "10", "17", "7", "-", "-", "-"]
     again = json.loads((await ainvoke("groups", "list", *kafka, "-o", "json")).stdout)
-    assert {"group": group, "state": "Empty", "protocol_type": "consumer"} in again["listings"]
+    empty_listing = {"group": group, "state": "Empty", "protocol_type": "consumer"}
+    assert {**empty_listing, "type": "classic"} in again["listings"]
 
 
 async def test_a_member_without_partitions_gets_a_row_of_its_own(
@@ -438,6 +441,7 @@ def test_the_description_renders_as_the_tool_did() -> None:
     assert description.partitions[1].lag is None
     assert description.to_json()["members"][0] == {
         "consumer_id": "m-1",
+        "group_instance_id": None,
         "client_id": "client",
         "host": "/10.0.0.1",
         "assignment": {"t": [0]},
@@ -458,13 +462,19 @@ def test_the_description_renders_as_the_tool_did() -> None:
 
 
 class _Groups:
-    """A DescribeGroups answer of one group (aiokafka's decoded response)."""
+    """A DescribeGroups v5 answer of one group: ``(code, group, state, protocol type,
+    protocol, members)``, each member ``(member id, client id, host, metadata, assignment)``
+    as DescribeGroups v0-v3 had them (no instance id: ``None`` is put in)."""
 
-    def __init__(self, *group: Any) -> None:
-        self.groups = [group]
+    def __init__(self, code: int, group: str, state: str, ptype: str, proto: str, members: Any):
+        v5_members = [(m[0], None, *m[1:], {}) for m in members]
+        self.groups = [(code, group, state, ptype, proto, v5_members, 0, {})]
 
 
 class FakeAdminClient:
+    """A stand-in for aiokafka's admin client (coordinator lookup, OffsetFetch) and the
+    project's Kafka client (``raw.send`` of DescribeGroups), answering from a script."""
+
     def __init__(self, describe: list[Any], offsets: dict[Any, Any] | None = None) -> None:
         self.describe = describe  # per call: an answer (a tuple) or an exception to raise
         self.offsets = offsets or {}
@@ -473,12 +483,15 @@ class FakeAdminClient:
     async def find_coordinator(self, group: str) -> int:
         return 0
 
-    async def describe_consumer_groups(self, groups: list[str], **kw: Any) -> list[_Groups]:
+    async def send(self, node: int, request: Any) -> Any:
+        if isinstance(request, ConsumerGroupDescribeRequest):
+            raise aiokafka_errors.IncompatibleBrokerVersion("no consumer groups here")
+        assert isinstance(request, DescribeGroupsRequest)
         self.calls += 1
         answer = self.describe.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        return [_Groups(*answer)]
+        return _Groups(*answer)
 
     async def list_consumer_group_offsets(self, group: str) -> dict[Any, Any]:
         return self.offsets
@@ -488,6 +501,9 @@ class FakeAdminClient:
 
 
 class FakeKafka:
+    def __init__(self, raw: FakeAdminClient) -> None:
+        self.raw = raw
+
     async def partitions_for_topics(self, topics: Any) -> dict[str, tuple[int, ...]]:
         return dict.fromkeys(topics, (0,))
 
@@ -506,7 +522,7 @@ class FakeKafka:
 def _admin(fake: FakeAdminClient, timeout_ms: int = 5000) -> KafkaGroupAdmin:
     admin = KafkaGroupAdmin("fake:9092", request_timeout_ms=timeout_ms)
     admin._admin = fake  # type: ignore[assignment]
-    admin._kafka = FakeKafka()  # type: ignore[assignment]
+    admin._kafka = FakeKafka(fake)  # type: ignore[assignment]
     return admin
 
 
