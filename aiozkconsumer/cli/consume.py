@@ -30,7 +30,7 @@ from ..records import TopicPartition
 from ..security import KafkaSecurity, ZookeeperSecurity
 from ..simple_consumer import SimpleConsumer
 from ..subscription import Blacklist, TopicFilter, Whitelist
-from ..tools import GroupAdmin, parse_properties, random_console_group
+from ..tools import GroupAdmin, KafkaGroupAdmin, parse_properties, random_console_group
 from ..tools.console import (
     KCAT_TOKENS,
     ConsoleConsumer,
@@ -52,6 +52,7 @@ from ._common import (
     cluster_options,
     run_async,
     security_properties,
+    zookeeper_given,
 )
 
 __all__ = ["consume"]
@@ -80,6 +81,7 @@ def _build_config(
     consumer_properties: dict[str, str],
     config_file: Path | None,
     isolation_level: str | None = None,
+    kafka_coordinated: bool = False,
 ) -> tuple[ConsumerConfig, bool]:
     """The consumer config as ``ConsoleConsumer.getOldConsumerProps``; ``(config, group given)``.
 
@@ -116,6 +118,8 @@ def _build_config(
     elif reset is None:
         props["auto.offset.reset"] = "largest"
     props["zookeeper.connect"] = zookeeper
+    if kafka_coordinated:  # --bootstrap-server alone: a cluster without ZooKeeper
+        props.setdefault("group.coordinator", "kafka")
     if timeout_ms is not None:
         props["consumer.timeout.ms"] = str(timeout_ms)
     if bootstrap_server:
@@ -187,10 +191,17 @@ async def _reach_kafka(
         ) from None
 
 
-async def _bootstrap(adm: GroupAdmin, bootstrap_server: str | None) -> tuple[str, str]:
+_Admin = GroupAdmin | KafkaGroupAdmin
+"""The cluster side of the console consumer: ZooKeeper's groups, or (``--bootstrap-server``
+alone) the Kafka coordinators'."""
+
+
+async def _bootstrap(adm: _Admin, bootstrap_server: str | None) -> tuple[str, str]:
     """``(bootstrap.servers, how to name them in an error)``: given, or read from ZooKeeper."""
     if bootstrap_server:
         return bootstrap_server, f"{bootstrap_server} (--bootstrap-server)"
+    if isinstance(adm, KafkaGroupAdmin):  # made only with a bootstrap address
+        raise NoBrokersError("no --bootstrap-server given")
     brokers = await adm.brokers()
     if not brokers:
         raise await adm.no_brokers_error("--bootstrap-server")
@@ -366,8 +377,9 @@ Example: --format '%t [%p] at offset %o: key %k: %s\\n'
     "exits left unread in the pipe.",
 )
 @cluster_options
+@click.pass_context
 def consume(
-    topic: str | None,
+    ctx: click.Context,    topic: str | None,
     whitelist: str | None,
     blacklist: str | None,
     group: str | None,
@@ -431,6 +443,7 @@ def consume(
         topic_filter: TopicFilter = Blacklist(regex) if blacklist else Whitelist(regex)
     except InvalidConfigError as e:
         raise click.UsageError(str(e)) from None
+    kafka_only = bool(bootstrap_server) and not zookeeper_given(ctx)
     config, group_given = _build_config(
         zookeeper=zookeeper,
         bootstrap_server=bootstrap_server,
@@ -441,12 +454,19 @@ def consume(
         consumer_properties=_key_values(consumer_property, "--consumer-property"),
         config_file=consumer_config,
         isolation_level=isolation_level,
+        kafka_coordinated=kafka_only,
     )
+    if kafka_only and not config.kafka_coordinated:
+        raise click.UsageError(
+            "group.coordinator=zookeeper needs --zookeeper: with --bootstrap-server alone the "
+            "group is a Kafka coordinator's (group.coordinator=kafka)",
+            ctx,
+        )
     # Handing records over one by one only matters where offsets are kept: a generated
     # group is deleted on exit.
     handoff = sync_pipe and group_given and config.auto_commit_enable
     end_cache: dict[TopicPartition, int] = {}
-    admin_for_ends: list[GroupAdmin] = []
+    admin_for_ends: list[_Admin] = []
 
     async def end_offsets(tps: Collection[TopicPartition]) -> Mapping[TopicPartition, int]:
         missing = [tp for tp in tps if tp not in end_cache]
@@ -466,7 +486,13 @@ def consume(
         end_offsets=end_offsets if exit_at_end else None,
     )
 
-    def admin() -> GroupAdmin:
+    def admin() -> _Admin:
+        if config.kafka_coordinated and bootstrap_server:
+            return KafkaGroupAdmin(
+                bootstrap_server,
+                request_timeout_ms=config.socket_timeout_ms,
+                security=KafkaSecurity.from_config(config),
+            )
         return GroupAdmin(
             zookeeper,
             bootstrap_servers=bootstrap_server,
@@ -476,7 +502,7 @@ def consume(
             security=KafkaSecurity.from_config(config),
         )
 
-    async def prepare(adm: GroupAdmin) -> None:
+    async def prepare(adm: _Admin) -> None:
         _, where = await _bootstrap(adm, bootstrap_server)
         await _reach_kafka(adm.kafka, where, config.socket_timeout_ms)
         topics = await adm.all_topics() if blacklist is None or exit_at_end else []
@@ -514,7 +540,8 @@ def consume(
     async def go() -> None:
         nonlocal started
         async with contextlib.AsyncExitStack() as stack:
-            adm = await stack.enter_async_context(admin())
+            adm = admin()
+            await stack.enter_async_context(adm)
             admin_for_ends.append(adm)
             await prepare(adm)
             if not exit_at_end:  # else kept open: partitions acquired later need their ends
@@ -540,7 +567,7 @@ def consume(
 
 
 async def _last_stable_offsets(
-    adm: GroupAdmin, tps: Collection[TopicPartition]
+    adm: _Admin, tps: Collection[TopicPartition]
 ) -> dict[TopicPartition, int]:
     """The partitions' last stable offsets: where ``--exit-at-end`` stops under read_committed
     (records past it are not readable until their transaction ends).

@@ -22,18 +22,16 @@ from ..tools import (
     GroupDescription,
     GroupMembers,
     GroupState,
-    KafkaGroupAdmin,
-    KafkaGroupDescription,
     KafkaGroupListing,
     MalformedNode,
     UnknownGroupError,
+    parse_topic_partitions,
 )
 from ..zk import layout
 from ._common import (
     NAME,
     ExitCode,
     cluster_options,
-    connection_security,
     echo_json,
     exit_code_for,
     group_admin,
@@ -41,40 +39,25 @@ from ._common import (
     run_async,
     zookeeper_given,
 )
+from .kafka_groups import (
+    delete_kafka_groups,
+    delete_kafka_offsets,
+    describe_kafka,
+    kafka_admin,
+    print_kafka_listings,
+)
+from .tables import MISSING, format_table
 
 __all__ = [
     "echo_malformed",
     "format_table",
     "groups",
     "print_description",
-    "print_kafka_description",
     "print_members",
     "print_state",
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-MISSING = "-"
-"""What a table shows for an unknown value (``MISSING_COLUMN_VALUE``)."""
-
-
-def format_table(
-    headers: Sequence[str], rows: Sequence[Sequence[object]], widths: Sequence[int]
-) -> list[str]:
-    """Left-aligned columns, each at least its ``widths`` entry and wide enough for its cells.
-
-    ``None`` cells show as ``-``.
-    """
-    cells = [[MISSING if c is None else str(c) for c in row] for row in rows]
-    sizes = [
-        max([w, len(h), *(len(r[i]) for r in cells)])
-        for i, (h, w) in enumerate(zip(headers, widths, strict=True))
-    ]
-    return [
-        " ".join(c.ljust(n) for c, n in zip(row, sizes, strict=True)).rstrip()
-        for row in [list(headers), *cells]
-    ]
-
 
 def _admin(zookeeper: str, bootstrap_server: str | None, connect_timeout_ms: int) -> GroupAdmin:
     return group_admin(zookeeper, bootstrap_server, connect_timeout_ms)
@@ -135,42 +118,6 @@ def print_state(state: GroupState) -> None:
         click.echo(f"Partition [{tp.topic},{tp.partition}]: {why}", err=True)
 
 
-def print_kafka_description(description: KafkaGroupDescription) -> None:
-    """Print ``groups describe --coordinator kafka``'s table, as ``ConsumerGroupCommand``
-    0.10.2 with --bootstrap-server."""
-    rows: list[Sequence[object]] = [
-        (
-            p.topic,
-            p.partition,
-            p.offset,
-            p.log_end_offset,
-            p.lag,
-            p.member_id,
-            p.host,
-            p.client_id,
-        )
-        for p in description.partitions
-    ]
-    idle = set(description.members_without_partitions)
-    rows += [
-        (None, None, None, None, None, m.member_id, m.host, m.client_id)
-        for m in description.members
-        if m.member_id in idle
-    ]
-    headers = (
-        "TOPIC",
-        "PARTITION",
-        "CURRENT-OFFSET",
-        "LOG-END-OFFSET",
-        "LAG",
-        "CONSUMER-ID",
-        "HOST",
-        "CLIENT-ID",
-    )
-    for line in format_table(headers, rows, (30, 10, 15, 15, 10, 50, 30, 0)):
-        click.echo(line)
-
-
 _COORDINATOR_HELP = (
     "Who coordinates the group. zookeeper: the old consumer's groups, read from ZooKeeper "
     "(/consumers). kafka: the groups of Kafka's group coordinators (group.coordinator=kafka, "
@@ -182,9 +129,9 @@ _ZOOKEEPER_ONLY = (
     "zookeeper",
     "connect_timeout_ms",
     "offsets_storage",
-    "members",
-    "state",
     "all_groups",
+    "force",
+    "force_malformed",
 )
 """Options that only mean something with ``--coordinator zookeeper``."""
 
@@ -251,12 +198,27 @@ def groups() -> None:
 
 
 @groups.command("list")
+@click.option(
+    "--state",
+    "with_state",
+    is_flag=True,
+    help="Kafka groups: also each group's state (Stable, Empty, ...), as --list --state.",
+)
+@click.option(
+    "--type",
+    "with_type",
+    is_flag=True,
+    help="Kafka groups: also each group's type, classic or consumer (KIP-848), as --list "
+    "--type.",
+)
 @coordinator_option
 @cluster_options
 @output_option
 @click.pass_context
 def list_groups(
     ctx: click.Context,
+    with_state: bool,
+    with_type: bool,
     coordinator: str | None,
     zookeeper: str,
     bootstrap_server: str | None,
@@ -268,33 +230,43 @@ def list_groups(
     With --coordinator zookeeper (the default unless --bootstrap-server is given alone): the
     children of /consumers.
 
-    With --coordinator kafka: the consumer groups the brokers' group coordinators know
-    (protocol type "consumer", or none for groups that only commit offsets), as
-    kafka-consumer-groups.sh --bootstrap-server --list. --output json adds each group's
-    state (Stable, PreparingRebalance, CompletingRebalance, Empty) and protocol type.
+    With --coordinator kafka: the consumer groups the brokers' group coordinators know,
+    classic and consumer (KIP-848) groups alike (protocol type "consumer", or none for
+    groups that only commit offsets), as kafka-consumer-groups.sh --bootstrap-server
+    --list; --state and --type add the columns STATE and TYPE. --output json gives each
+    group's state (Stable, PreparingRebalance, CompletingRebalance, Empty; a consumer
+    group's Assigning and Reconciling), protocol type and type.
     """
     if _coordinator(ctx, coordinator, bootstrap_server) == "kafka":
         bootstrap = _kafka_bootstrap(ctx, bootstrap_server)
 
         async def from_kafka() -> list[KafkaGroupListing]:
-            async with KafkaGroupAdmin(bootstrap, security=connection_security()[0]) as admin:
+            async with kafka_admin(bootstrap) as admin:
                 return await admin.list_groups()
 
         listings = run_async(from_kafka)
-        names = [g.group for g in listings]
         if output == "json":
+            names = [g.group for g in listings]
             echo_json({"groups": names, "listings": [g.to_json() for g in listings]})
-            return
-    else:
+        else:
+            print_kafka_listings(listings, state=with_state, group_type=with_type)
+        return
+    if with_state or with_type:
+        option = "--state" if with_state else "--type"
+        raise click.UsageError(
+            f"{option} lists Kafka groups (give --bootstrap-server, or --coordinator kafka); "
+            "for a ZooKeeper group use 'groups describe --state'",
+            ctx,
+        )
 
-        async def go() -> list[str]:
-            async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
-                return await admin.list_groups()
+    async def go() -> list[str]:
+        async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
+            return await admin.list_groups()
 
-        names = run_async(go)
-        if output == "json":
-            echo_json({"groups": names})
-            return
+    names = run_async(go)
+    if output == "json":
+        echo_json({"groups": names})
+        return
     for name in names:
         click.echo(name)
 
@@ -391,11 +363,21 @@ def describe(
     """
     if members and state:
         raise click.UsageError("give --members or --state, not both", ctx)
+    if topics and (members or state):
+        raise click.UsageError("--topic narrows the offsets view: not with --members/--state", ctx)
+    view = "members" if members else "state" if state else "offsets"
     if _coordinator(ctx, coordinator, bootstrap_server) == "kafka":
-        _kafka_bootstrap(ctx, bootstrap_server)  # refuses the ZooKeeper-only options
+        bootstrap = _kafka_bootstrap(ctx, bootstrap_server)  # refuses ZooKeeper-only options
         if group is None:
             raise click.UsageError("Missing option '--group' / '-g'.", ctx)
-        _describe_kafka(ctx, group, topics, bootstrap_server, output, isolation_level)
+        describe_kafka(
+            bootstrap,
+            group,
+            topics=topics,
+            output=output,
+            isolation_level=isolation_level,
+            view=view,
+        )
         return
     if group is None and not all_groups:
         raise click.UsageError("Missing option '--group' / '-g' (or give --all-groups).", ctx)
@@ -403,9 +385,6 @@ def describe(
         raise click.UsageError("give --group or --all-groups, not both", ctx)
     if group is not None:
         _check_zk_name(ctx, "group", group)
-    if topics and (members or state):
-        raise click.UsageError("--topic narrows the offsets view: not with --members/--state", ctx)
-    view = "members" if members else "state" if state else "offsets"
 
     async def one(admin: GroupAdmin, name: str) -> GroupDescription | GroupMembers | GroupState:
         if view == "members":
@@ -458,33 +437,6 @@ def describe(
             print_description(d)
 
 
-def _describe_kafka(
-    ctx: click.Context,
-    group: str,
-    topics: tuple[str, ...],
-    bootstrap_server: str | None,
-    output: str,
-    isolation_level: str,
-) -> None:
-    bootstrap = _kafka_bootstrap(ctx, bootstrap_server)
-
-    async def go() -> KafkaGroupDescription:
-        async with KafkaGroupAdmin(bootstrap, security=connection_security()[0]) as admin:
-            return await admin.describe_group(
-                group, topics=topics or None, isolation_level=isolation_level
-            )
-
-    description = run_async(go)
-    if output == "json":
-        echo_json(description.to_json())
-        return
-    if not description.members:
-        click.echo(f"Consumer group '{group}' has no active members.", err=True)
-    elif description.rebalancing:
-        click.echo(f"Consumer group '{group}' is rebalancing.", err=True)
-    print_kafka_description(description)
-
-
 def _check_group_to_delete(ctx: click.Context, group: str, force: bool) -> None:
     """``group.id``'s rule for ``--group`` (the one of every command), or with ``--force`` only
     that it names a ZooKeeper node: a group made by hand with another name can be deleted."""
@@ -528,6 +480,7 @@ def _check_group_to_delete(ctx: click.Context, group: str, force: bool) -> None:
     help="Also delete a group whose live members are all malformed registration nodes (left "
     "by hand); a member whose registration parses still refuses the deletion.",
 )
+@coordinator_option
 @cluster_options
 @output_option
 @click.pass_context
@@ -537,6 +490,7 @@ def delete(
     topic: str | None,
     force: bool,
     force_malformed: bool,
+    coordinator: str | None,
     zookeeper: str,
     bootstrap_server: str | None,
     connect_timeout_ms: int,
@@ -553,7 +507,29 @@ def delete(
     check of /consumers/<group>/ids did. When every live member is such a node (written by
     hand), --force-malformed deletes the group anyway; any member whose registration parses
     still refuses it.
+
+    With --coordinator kafka (the default for --bootstrap-server given alone): the groups
+    of Kafka's coordinators, classic and consumer alike, are deleted with their committed
+    offsets (DeleteGroups, as kafka-consumer-groups.sh --bootstrap-server --delete); a
+    group with live members is refused (exit status 1), an unknown one exits 4. A topic's
+    offsets of a Kafka group: 'groups delete-offsets'.
     """
+    if _coordinator(ctx, coordinator, bootstrap_server) == "kafka":
+        bootstrap = _kafka_bootstrap(ctx, bootstrap_server)
+        if topic is not None:
+            raise click.UsageError(
+                "--topic is for ZooKeeper groups; a Kafka group's offsets of a topic are "
+                "deleted with 'groups delete-offsets --group G --topic T'",
+                ctx,
+            )
+        if not group_ids:
+            raise click.UsageError("give --group", ctx)
+        for group in group_ids:
+            _check_group_to_delete(ctx, group, False)
+        status = delete_kafka_groups(bootstrap, group_ids, output)
+        if status:
+            raise click.exceptions.Exit(status)
+        return
     if not group_ids and topic is None:
         raise click.UsageError("give --group, --topic, or both")
     for group in group_ids:
@@ -626,5 +602,66 @@ def delete(
                 )
             else:
                 click.echo(f"Error: {r['error']}", err=True)
+    if status:
+        raise click.exceptions.Exit(status)
+
+
+@groups.command(
+    "delete-offsets", short_help="Delete a Kafka group's offsets of topics (--delete-offsets)."
+)
+@click.option("--group", "-g", required=True, type=NAME, help="The consumer group.")
+@click.option(
+    "--topic",
+    "-t",
+    "topics",
+    multiple=True,
+    required=True,
+    metavar="TOPIC[:P,...]",
+    help="A topic whose offsets to delete, all its partitions or those listed (repeatable), "
+    "e.g. payments:0,2.",
+)
+@coordinator_option
+@cluster_options
+@output_option
+@click.pass_context
+def delete_offsets(
+    ctx: click.Context,
+    group: str,
+    topics: tuple[str, ...],
+    coordinator: str | None,
+    zookeeper: str,
+    bootstrap_server: str | None,
+    connect_timeout_ms: int,
+    output: str,
+) -> None:
+    """Delete a Kafka group's committed offsets of some topics (OffsetDelete, KIP-496).
+
+    As kafka-consumer-groups.sh --bootstrap-server --delete-offsets: one line per partition,
+    TOPIC PARTITION STATUS ("Successful", or "Error: ..."). The coordinator refuses a topic
+    that a live member of the group reads (GROUP_SUBSCRIBED_TO_TOPIC); the other topics'
+    offsets are deleted. Exit status 1 when a partition's offset was not deleted, 4 for an
+    unknown group or topic.
+
+    Kafka groups only (--bootstrap-server); a ZooKeeper group's topic: 'groups delete
+    --group G --topic T'.
+    """
+    if _coordinator(ctx, coordinator, bootstrap_server) != "kafka":
+        raise click.UsageError(
+            "delete-offsets deletes a Kafka group's offsets: give --bootstrap-server without "
+            "--zookeeper (or --coordinator kafka); a ZooKeeper group's topic: 'groups delete "
+            "--group G --topic T'",
+            ctx,
+        )
+    bootstrap = _kafka_bootstrap(ctx, bootstrap_server)
+    try:
+        scope = parse_topic_partitions(topics)
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx, param_hint="'--topic'") from None
+    status = delete_kafka_offsets(
+        bootstrap,
+        group,
+        dict(scope.topics),
+        output,
+    )
     if status:
         raise click.exceptions.Exit(status)

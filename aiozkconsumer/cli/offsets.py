@@ -25,7 +25,6 @@ from ..tools import (
     FromOffsets,
     GroupAdmin,
     GroupDescription,
-    KafkaGroupAdmin,
     KafkaGroupDescription,
     MalformedNode,
     MigrationPlan,
@@ -56,20 +55,28 @@ from ._common import (
     CliError,
     ExitCode,
     cluster_options,
-    connection_security,
     echo_json,
     group_admin,
     output_option,
     run_async,
     zookeeper_given,
 )
-from .groups import echo_malformed, format_table
+from .groups import echo_malformed
+from .kafka_groups import kafka_admin
+from .tables import format_table
 
 __all__ = ["offsets"]
 
 
 def _admin(zookeeper: str, bootstrap_server: str | None, connect_timeout_ms: int) -> GroupAdmin:
     return group_admin(zookeeper, bootstrap_server, connect_timeout_ms)
+
+
+def _kafka_only(ctx: click.Context, bootstrap_server: str | None) -> str | None:
+    """The brokers when ``--bootstrap-server`` is given without ``--zookeeper`` (a cluster
+    without ZooKeeper, as ``kafka-consumer-groups.sh --bootstrap-server``: the groups are
+    the Kafka coordinators'), else ``None``."""
+    return bootstrap_server if bootstrap_server and not zookeeper_given(ctx) else None
 
 
 def _read_text(path: Path) -> str:
@@ -264,7 +271,7 @@ def _check_kafka_group(
     columns (Owner: the member id the partition is assigned to)."""
 
     async def go() -> tuple[KafkaGroupDescription, list[tuple[int, str]]]:
-        async with KafkaGroupAdmin(bootstrap_server, security=connection_security()[0]) as admin:
+        async with kafka_admin(bootstrap_server) as admin:
             description = await admin.describe_group(group, topics=topics)
             return description, admin.brokers() if broker_info else []
 
@@ -294,7 +301,9 @@ def _check_kafka_group(
 )
 @cluster_options
 @output_option
+@click.pass_context
 def export(
+    ctx: click.Context,
     output_file: Path,
     group_ids: tuple[str, ...],
     zookeeper: str,
@@ -314,11 +323,18 @@ def export(
     The summary goes to stderr (text) or stdout (json); with --output-file - the
     offsets themselves go to stdout, in the file's format (text) or in the JSON document
     (json, its "file" then "-").
+
+    With --bootstrap-server given alone (no --zookeeper): the committed offsets of the
+    Kafka coordinators' groups (OffsetFetch), in the same format.
     """
 
     malformed: list[MalformedNode] = []
+    kafka = _kafka_only(ctx, bootstrap_server)
 
     async def go() -> list[OffsetEntry]:
+        if kafka is not None:
+            async with kafka_admin(kafka) as groups:
+                return await groups.export_offsets(group_ids or None)
         async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
             return await admin.export_offsets(group_ids or None, malformed)
 
@@ -377,7 +393,9 @@ def export(
 )
 @cluster_options
 @output_option
+@click.pass_context
 def import_(
+    ctx: click.Context,
     input_file: Path,
     group: str | None,
     zookeeper: str,
@@ -396,6 +414,11 @@ def import_(
     The whole file is checked first: a malformed line stops the import before anything is
     written, naming its line number (exit status 2). As the original, live members are not
     checked for: stop the group first, or its next commit overwrites what was imported.
+
+    With --bootstrap-server given alone (no --zookeeper): the offsets are committed to the
+    groups' Kafka coordinators (OffsetCommit, as kafka-consumer-groups.sh --reset-offsets
+    --from-file), and a group of the file with live members refuses the whole import
+    before anything is written (exit status 1): its coordinator would refuse the commit.
     """
     text = _read_text(input_file)
     if group is not None and detect_offsets_format(text.splitlines()) == "zookeeper":
@@ -403,8 +426,12 @@ def import_(
             f"--group is for CSV files; {input_file} holds znode paths, which name their groups"
         )
     entries = _parse_any_offsets(input_file, text, group)
+    kafka = _kafka_only(ctx, bootstrap_server)
 
     async def go() -> tuple[int, list[str]]:
+        if kafka is not None:
+            async with kafka_admin(kafka) as groups:
+                return await groups.import_offsets(entries), []
         async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
             active = [g for g in sorted({e.group for e in entries}) if await admin.member_ids(g)]
             return await admin.import_offsets(entries), active
@@ -452,7 +479,9 @@ class _UpdateCommand(click.Command):
 @click.option("--topic", "-t", required=True, type=NAME, help="The topic.")
 @cluster_options
 @output_option
+@click.pass_context
 def update(
+    ctx: click.Context,
     to: str,
     group: str,
     topic: str,
@@ -469,6 +498,13 @@ def update(
     Other targets (an offset, a shift, a datetime, a duration, a file) and dry runs:
     'offsets reset'.
     """
+    if _kafka_only(ctx, bootstrap_server) is not None:
+        raise click.UsageError(
+            "offsets update writes ZooKeeper's offset nodes: give --zookeeper; the offsets of "
+            f"a Kafka group are set with 'offsets reset --group {group} --topic {topic} "
+            f"--to-{to} --execute --bootstrap-server ...'",
+            ctx,
+        )
 
     async def go() -> tuple[dict[int, int], bool]:
         async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
@@ -661,6 +697,11 @@ def reset(
     The plan's columns:
       TOPIC PARTITION CURRENT-OFFSET NEW-OFFSET
     New offsets are clamped to [log start, log end], with a warning on stderr.
+
+    With --bootstrap-server given alone (no --zookeeper), as kafka-consumer-groups.sh
+    --bootstrap-server: the group's Kafka coordinator holds the offsets (classic and
+    consumer groups alike), and --execute is refused before anything is written while it
+    reports live members (DescribeGroups / ConsumerGroupDescribe).
     """
     if dry_run == execute:
         raise click.UsageError("give exactly one of --dry-run or --execute", ctx)
@@ -695,9 +736,24 @@ def reset(
         },
         from_file,
     )
+    kafka = _kafka_only(ctx, bootstrap_server)
+    if kafka is not None and offsets_storage != "kafka":
+        if ctx.get_parameter_source("offsets_storage") is ParameterSource.COMMANDLINE:
+            raise click.UsageError(
+                f"--offsets-storage {offsets_storage} needs --zookeeper (ZooKeeper holds those "
+                "offsets); with --bootstrap-server alone the offsets are the Kafka "
+                "coordinator's",
+                ctx,
+            )
+        offsets_storage = "kafka"
     storage = _STORAGES[offsets_storage]
 
     async def go() -> tuple[ResetPlan, list[str]]:
+        if kafka is not None:
+            async with kafka_admin(kafka) as groups:
+                live = [] if execute else await groups.member_ids(group)
+                plan = await groups.reset_offsets(group, scope, spec, execute=execute)
+                return plan, live
         async with _admin(zookeeper, bootstrap_server, connect_timeout_ms) as admin:
             live = [] if execute else await admin.member_ids(group)
             plan = await admin.reset_offsets(group, scope, spec, storage=storage, execute=execute)
@@ -790,7 +846,7 @@ def migrate(
             bootstrap = bootstrap_server
             if not bootstrap:  # the brokers ZooKeeper knows, as the other offset tools
                 bootstrap = ",".join(a for _, a in (await admin.kafka()).brokers())
-            async with KafkaGroupAdmin(bootstrap, security=connection_security()[0]) as groups:
+            async with kafka_admin(bootstrap) as groups:
                 return await migrate_offsets(admin, groups, group, to=target, execute=not dry_run)
 
     plan = run_async(go)

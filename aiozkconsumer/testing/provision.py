@@ -77,7 +77,8 @@ Maven Central when it was pinned (4.4.0's ``kafka-tools-api`` was not published 
 
 KRAFT_POM_PATH = Path(__file__).with_name("kafka-4-pom.xml")
 """The pinned KRaft pom: ``org.apache.kafka:kafka_2.13`` 4.x plus
-``org.apache.logging.log4j:log4j-slf4j-impl`` (Kafka 4 logs through slf4j 1.7 into log4j2)."""
+``org.apache.logging.log4j:log4j-slf4j-impl`` (Kafka 4 logs through slf4j 1.7 into log4j2) and
+``org.apache.kafka:kafka-tools`` (Kafka's command-line tools, for tests to compare with)."""
 
 CACHE_ENV = "AIOZKCONSUMER_CACHE"
 """Environment variable that overrides the default cache directory."""
@@ -123,7 +124,11 @@ KRAFT = KafkaDistribution(
     flavour="kraft",
     version=KRAFT_KAFKA_VERSION,
     pom=KRAFT_POM_PATH,
-    required_jars=(f"kafka_2.13-{KRAFT_KAFKA_VERSION}.jar", "log4j-slf4j-impl-*.jar"),
+    required_jars=(
+        f"kafka_2.13-{KRAFT_KAFKA_VERSION}.jar",
+        "log4j-slf4j-impl-*.jar",
+        f"kafka-tools-{KRAFT_KAFKA_VERSION}.jar",
+    ),
     description=f"Kafka {KRAFT_KAFKA_VERSION} (KRaft)",
 )
 """Kafka 4.x in KRaft mode (no ZooKeeper classes at all)."""

@@ -537,6 +537,57 @@ class KafkaGroupAdmin(AsyncService):
             group_type=described.group_type,
         )
 
+    # -- what the console consumer asks of a cluster -------------------------------------
+
+    async def kafka(self) -> KafkaClient:
+        """The started Kafka client (as :meth:`GroupAdmin.kafka
+        <aiozkconsumer.tools.GroupAdmin.kafka>`).
+
+        Raises:
+            ConsumerError: the admin is not started.
+        """
+        return self._started()[1]
+
+    async def all_topics(self) -> list[str]:
+        """Every topic of the cluster, sorted (Kafka metadata).
+
+        Raises:
+            NoBrokersError, KafkaConnectionError: no broker answered.
+        """
+        return sorted(await self._started()[1].all_topics())
+
+    async def group_exists(self, group: str) -> bool:
+        """Whether the coordinator knows the group: it has members or committed offsets.
+
+        Raises:
+            BrokerNotAvailableError, GroupCoordinatorError: as :meth:`describe_group`.
+        """
+        _, described = await self._describe(group)
+        return described.state != "Dead" or await self.group_has_offsets(group)
+
+    async def group_has_offsets(self, group: str) -> bool:
+        """Whether the group has a committed offset.
+
+        Raises:
+            BrokerNotAvailableError, GroupCoordinatorError: as :meth:`describe_group`.
+        """
+        return bool(await self._committed(group))
+
+    async def delete_group_unchecked(self, group: str) -> None:
+        """Delete the group if it exists and is empty; a group that does not exist, or still
+        has members (they left a moment ago and the coordinator has not seen it yet: it is
+        logged), is left as it is.
+
+        Raises:
+            BrokerNotAvailableError, GroupCoordinatorError: as :meth:`delete_group`.
+        """
+        try:
+            await self.delete_group(group)
+        except UnknownGroupError:
+            pass
+        except GroupActiveError as e:
+            log.warning("group %r not deleted: %s", group, e)
+
     # -- offsets (the ResetSource of offsets reset) ----------------------------------------
 
     async def partitions_for(self, topics: Iterable[str]) -> dict[str, tuple[int, ...]]:

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ...base_connector import ConnectorState
+from ...base_connector import ConnectorState, ConsumerConnector
 from ...config import ConsumerConfig
-from ...connector import ZookeeperConsumerConnector
+from ...consumer import create_connector
 from ...errors import ConsumerTimeoutError
 from ...records import MessageAndMetadata, TopicPartition
 from ...simple_consumer import SimpleConsumer
@@ -206,7 +206,7 @@ class ConsoleConsumer(_ConsoleRun):
         self.config = config
         self.topic_filter = topic_filter
         self.end_offsets = end_offsets
-        self.connector: ZookeeperConsumerConnector | None = None
+        self.connector: ConsumerConnector | None = None
 
     async def run(self) -> int:
         """Consume until one of the ends of the class doc; then shut down.
@@ -219,7 +219,7 @@ class ConsoleConsumer(_ConsoleRun):
                 ``ConsumerRebalanceFailedError``, ...), from ``end_offsets``, or the output
                 failed.
         """
-        async with ZookeeperConsumerConnector(self.config) as connector:
+        async with create_connector(self.config) as connector:
             self.connector = connector
             watchers = [self._watch_output]
             if self.exit_at_end:
@@ -236,7 +236,7 @@ class ConsoleConsumer(_ConsoleRun):
         return self.count
 
     async def _consume(
-        self, iterator: ConsumerIterator, connector: ZookeeperConsumerConnector
+        self, iterator: ConsumerIterator, connector: ConsumerConnector
     ) -> None:
         next_batch = iterator.next_batch
         while not self._stopping and self._wanted() > 0:
@@ -258,7 +258,7 @@ class ConsoleConsumer(_ConsoleRun):
 
     @staticmethod
     def _rewind(
-        connector: ZookeeperConsumerConnector, undelivered: Sequence[MessageAndMetadata]
+        connector: ConsumerConnector, undelivered: Sequence[MessageAndMetadata]
     ) -> None:
         """Set the consumed offsets back to the first record not delivered, per partition."""
         registry = connector.topic_registry
@@ -267,7 +267,7 @@ class ConsoleConsumer(_ConsoleRun):
             if pti is not None and pti.consumed_offset > offset:
                 pti.consumed_offset = offset
 
-    async def _check_log_end(self, connector: ZookeeperConsumerConnector) -> bool:
+    async def _check_log_end(self, connector: ConsumerConnector) -> bool:
         if connector.state is not ConnectorState.RUNNING:
             return False  # mid-rebalance, suspended: what is owned is about to change
         positions = {tp: pti.consumed_offset for tp, pti in connector.topic_registry.items()}
@@ -278,7 +278,7 @@ class ConsoleConsumer(_ConsoleRun):
             self._interrupt()
         return self.reached_end
 
-    async def _watch_log_end(self, connector: ZookeeperConsumerConnector) -> None:
+    async def _watch_log_end(self, connector: ConsumerConnector) -> None:
         """Catch the end while no record comes (e.g. the log was read up to its end already)."""
         # Consumed offsets advance without an event to wait for: poll them.
         while not self._stopping:
