@@ -209,6 +209,14 @@ class ConnectorStatistics:
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions of a (nested) exception group, groups flattened."""
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
+
+
 def _check_topic_name(topic: str) -> None:
     if not isinstance(topic, str) or not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
         raise InvalidConfigError(
@@ -469,11 +477,13 @@ class ConsumerConnector:
             return await stack.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
             # The block's own exception comes out as itself, as from any `async with`; so
-            # does a single background failure. Only several failures stay a group.
-            if exc is not None and all(e is exc for e in group.exceptions):
+            # does a single background failure (nested: the background tasks' own task group
+            # is inside the connector's). Only several failures stay a group.
+            leaves = _leaves(group)
+            if exc is not None and all(e is exc for e in leaves):
                 raise exc from None
-            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ConsumerError):
-                raise group.exceptions[0] from group
+            if len(leaves) == 1 and isinstance(leaves[0], ConsumerError):
+                raise leaves[0] from group
             raise
 
     async def start(self) -> None:

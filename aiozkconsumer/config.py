@@ -197,6 +197,19 @@ class ConsumerConfig:
         group_remote_assignor: ``group.remote.assignor``, new, default ``None`` (the
             broker's default, ``uniform``); ``group.protocol=consumer`` only: the broker-side
             assignor, ``"uniform"`` or ``"range"``.
+        group_instance_id: ``group.instance.id``, the Java client's, default ``None``: dynamic
+            membership. ``group.coordinator=kafka`` only: this member's static identity in the
+            group (KIP-345), on both group protocols. A static member that closes does not
+            leave the group (no LeaveGroup; with ``group.protocol=consumer`` it leaves with
+            member epoch -2, which keeps its assignment), so a member restarted with the same
+            id within the session timeout gets its partitions back without a rebalance, as
+            the Java client's (``AbstractCoordinator.maybeLeaveGroup``,
+            ``ConsumerMembershipManager.leaveGroupEpoch``); a member that stays away longer is
+            removed when its session times out. Two live members must never share an id:
+            the coordinator fences one (``FencedInstanceIdError``; with
+            ``group.protocol=consumer`` the second is refused, ``UnreleasedInstanceIdError``).
+            As ``JoinGroupRequest.validateGroupInstanceId``: 1 to 249 ASCII alphanumerics,
+            ``'.'``, ``'_'`` and ``'-'``, not ``"."`` nor ``".."``.
         interceptor_classes: ``interceptor.classes``, default ``None``: comma-separated
             ``module:Class`` (or ``module.Class``) names of consumer interceptors, each built
             with no arguments (see ``ConsumerInterceptor``); both coordinators.
@@ -354,6 +367,7 @@ class ConsumerConfig:
     max_poll_interval_ms: int = 300000
     group_protocol: str = "classic"
     group_remote_assignor: str | None = None
+    group_instance_id: str | None = None
     interceptor_classes: str | None = None
     offsets_malformed_reset: bool = False
     # ---- Kafka connections: TLS and SASL (the Java client's keys) --------------------

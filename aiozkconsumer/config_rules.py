@@ -30,6 +30,7 @@ __all__ = [
     "check_values",
     "validate_bootstrap_servers",
     "validate_group_id",
+    "validate_group_instance_id",
     "validate_zookeeper_connect",
 ]
 
@@ -84,6 +85,14 @@ def check_values(config: ConsumerConfig) -> None:
         _check_legal_chars("client.id", config.client_id)
     check_choice("group.coordinator", config.group_coordinator, _GROUP_COORDINATOR_VALUES)
     check_group_protocol(config)
+    if config.group_instance_id is not None:
+        validate_group_instance_id(config.group_instance_id)
+        if config.group_coordinator != "kafka":
+            raise InvalidConfigError(
+                "group.instance.id",
+                "static membership needs group.coordinator=kafka (a ZooKeeper-coordinated "
+                "group has no group protocol); leave it unset",
+            )
     if config.group_coordinator == "kafka":
         check_kafka_coordinated(config)
     elif config.zookeeper_connect is None:
@@ -196,6 +205,38 @@ def check_group_protocol(config: ConsumerConfig) -> None:
                 f"group.consumer.heartbeat.interval.ms); leave it unset, got "
                 f"{getattr(config, name)!r}",
             )
+
+
+_MAX_INSTANCE_ID_LENGTH = 249
+
+
+def validate_group_instance_id(value: str) -> None:
+    """Check a ``group.instance.id`` as the Java client's
+    ``JoinGroupRequest.validateGroupInstanceId`` (the rules of a topic name, ``Topic.validate``).
+
+    Args:
+        value: the id.
+
+    Raises:
+        InvalidConfigError: ``group.instance.id``: it is empty, ``"."`` or ``".."``, longer
+            than 249 characters, or has a character other than ASCII alphanumerics, ``'.'``,
+            ``'_'`` and ``'-'``.
+    """
+    key = "group.instance.id"
+    if not value:
+        raise InvalidConfigError(key, "the empty string is not allowed (leave it unset instead)")
+    if value in (".", ".."):
+        raise InvalidConfigError(key, f"{value!r} is not allowed")
+    if len(value) > _MAX_INSTANCE_ID_LENGTH:
+        raise InvalidConfigError(
+            key,
+            f"{value[:20]!r}... is {len(value)} characters long, longer than the max allowed "
+            f"length {_MAX_INSTANCE_ID_LENGTH}",
+        )
+    if not _LEGAL_CHARS.fullmatch(value):
+        raise InvalidConfigError(
+            key, f"{value!r} contains one or more characters other than {_LEGAL_CHARS_TEXT}"
+        )
 
 
 def check_kafka_coordinated(config: ConsumerConfig) -> None:

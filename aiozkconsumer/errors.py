@@ -24,6 +24,7 @@ __all__ = [
     "ConsumerRebalanceFailedError",
     "ConsumerTimeoutError",
     "CorruptRecordError",
+    "FencedInstanceIdError",
     "InvalidConfigError",
     "KafkaConnectionError",
     "MalformedZookeeperDataError",
@@ -35,6 +36,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OffsetStorageError",
     "UnknownTopicError",
+    "UnreleasedInstanceIdError",
     "UnsupportedCodecError",
     "GroupCoordinatorError",
     "SslAuthenticationError",
@@ -111,6 +113,57 @@ class GroupCoordinatorError(ConsumerError):
         self.group = group
         self.coordinator = coordinator
         self.reason = reason
+
+
+class FencedInstanceIdError(GroupCoordinatorError):
+    """Another member took this member's ``group.instance.id``: the group coordinator
+    answered ``FENCED_INSTANCE_ID`` (error 82). Fatal, as the Java client's
+    ``FencedInstanceIdException``: the member stops handing out records and committing, and
+    the connector fails with this error (raised by ``create_message_streams`` when it comes
+    while joining, else by the connector's ``async with`` block).
+
+    With the classic protocol, a member that joins with an instance id a live member has
+    takes it over, and the older member is fenced at its next heartbeat; with
+    ``group.protocol=consumer``, a member whose static membership was released (member
+    epoch -2) and then taken by another, or that an admin removed, is fenced.
+
+    Attributes:
+        group, coordinator, reason: as :class:`GroupCoordinatorError`.
+        instance_id: the ``group.instance.id`` at stake.
+    """
+
+    def __init__(self, group: str, coordinator: str, instance_id: str, reason: str) -> None:
+        super().__init__(
+            group,
+            coordinator,
+            f"group.instance.id {instance_id!r} was fenced: another member of the group uses "
+            f"the same group.instance.id; each live member needs its own ({reason})",
+        )
+        self.instance_id = instance_id
+
+
+class UnreleasedInstanceIdError(GroupCoordinatorError):
+    """The group coordinator refused to let this member join with its ``group.instance.id``:
+    a member with the same id is still in the group and did not leave (``UNRELEASED_INSTANCE_ID``,
+    error 111; ``group.protocol=consumer`` only). Fatal, as the Java client's
+    ``UnreleasedInstanceIdException`` (its ``ConsumerHeartbeatRequestManager``): either another
+    live member has the id, or the previous one with it stopped without leaving (a crash) and
+    its session has not timed out yet.
+
+    Attributes:
+        group, coordinator, reason: as :class:`GroupCoordinatorError`.
+        instance_id: the ``group.instance.id`` at stake.
+    """
+
+    def __init__(self, group: str, coordinator: str, instance_id: str, reason: str) -> None:
+        super().__init__(
+            group,
+            coordinator,
+            f"group.instance.id {instance_id!r} is still held by another member of the group "
+            f"(a live member with the same group.instance.id, or one that stopped without "
+            f"leaving, until its session times out) ({reason})",
+        )
+        self.instance_id = instance_id
 
 
 class ZookeeperError(ConsumerError):

@@ -10,6 +10,11 @@ over cannot commit (``CommitFencedError``), as the Java client's ``CommitFailedE
 With ``group.protocol=consumer`` the member speaks the consumer group protocol of KIP-848
 instead (``group.consumer_protocol.ConsumerProtocolCoordinator``): the broker assigns, the
 member reconciles incrementally, and commits carry the member epoch (OffsetCommit v9).
+
+With ``group.instance.id`` the member is static (KIP-345) on either protocol: its group
+requests and commits carry the instance id, and closing does not hand its partitions to the
+others (no LeaveGroup; epoch -2 with the consumer protocol), so a restart within the session
+timeout takes them back without a rebalance.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from .group.classic import METADATA_REFRESH_MS, KafkaCoordinator
 from .group.consumer_protocol import ConsumerProtocolCoordinator
 from .interceptors import ConsumerInterceptor
 from .kafka.consumer_group import ConsumerGroupClient, MemberEpochOffsetsChannel
-from .kafka.group import GroupClient
+from .kafka.group import GroupClient, StaticMemberOffsetsChannel
 from .offsets import OffsetStore, make_offset_store
 from .offsets.kafka_store import KafkaOffsetStore
 from .offsets.rules import default_fetch_timeout_ms
@@ -56,7 +61,9 @@ class KafkaConsumerConnector(ConsumerConnector):
 
     Entering connects to the brokers; ``create_message_streams`` joins the group and takes
     the assignment (partition ``p`` of a topic with ``n`` streams feeds stream ``p mod n``);
-    leaving commits (auto-commit on) and sends LeaveGroup, so the group rebalances at once.
+    leaving commits (auto-commit on) and sends LeaveGroup, so the group rebalances at once;
+    a static member (``group.instance.id``) does not: its partitions wait for it for the
+    session timeout (the Java client's behaviour).
 
     Args:
         config: the consumer configuration, ``group.coordinator=kafka``.
@@ -67,6 +74,12 @@ class KafkaConsumerConnector(ConsumerConnector):
     With ``group.protocol=consumer`` the member uses the consumer group protocol (KIP-848,
     Kafka 4.x brokers): ``create_message_streams`` raises ``GroupCoordinatorError`` naming
     ``group.protocol=consumer`` when the broker does not support it.
+
+    A static member whose ``group.instance.id`` another member takes is fenced for good:
+    ``FencedInstanceIdError`` (from ``create_message_streams`` while joining, else raised when
+    the ``async with`` block exits, which the failure cancels); with
+    ``group.protocol=consumer`` a member joining with an instance id a live member holds is
+    refused with ``UnreleasedInstanceIdError``. Both are ``GroupCoordinatorError``.
 
     Raises:
         InvalidConfigError: ``group.coordinator`` is not ``kafka``, or ``interceptor.classes``
@@ -113,6 +126,24 @@ class KafkaConsumerConnector(ConsumerConnector):
                     cluster.kafka,
                     config.group_id,
                     socket_timeout_ms=config.offsets_channel_socket_timeout_ms,
+                    group_instance_id=config.group_instance_id,
+                ),
+            )
+        elif config.group_instance_id is not None:
+            offset_store = KafkaOffsetStore(
+                cluster.kafka,
+                config.group_id,
+                backoff_ms=config.offsets_channel_backoff_ms,
+                socket_timeout_ms=config.offsets_channel_socket_timeout_ms,
+                fetch_timeout_ms=default_fetch_timeout_ms(
+                    config.offsets_channel_socket_timeout_ms, config.offsets_commit_max_retries
+                ),
+                group_generation=self._generation_and_member,
+                channel=StaticMemberOffsetsChannel(
+                    cluster.kafka,
+                    config.group_id,
+                    socket_timeout_ms=config.offsets_channel_socket_timeout_ms,
+                    group_instance_id=config.group_instance_id,
                 ),
             )
         else:
@@ -140,14 +171,20 @@ class KafkaConsumerConnector(ConsumerConnector):
         self.group: GroupClient | ConsumerGroupClient
         if config.consumer_protocol:
             self.group = ConsumerGroupClient(
-                cluster.kafka, config.group_id, request_timeout_ms=request_timeout_ms
+                cluster.kafka,
+                config.group_id,
+                request_timeout_ms=request_timeout_ms,
+                group_instance_id=config.group_instance_id,
             )
             self.coordinator = ConsumerProtocolCoordinator(
                 self._member_parts(), group=self.group, request_rebalance=self.request_rebalance
             )
         else:
             self.group = GroupClient(
-                cluster.kafka, config.group_id, request_timeout_ms=request_timeout_ms
+                cluster.kafka,
+                config.group_id,
+                request_timeout_ms=request_timeout_ms,
+                group_instance_id=config.group_instance_id,
             )
             self.coordinator = KafkaCoordinator(
                 self._member_parts(), group=self.group, request_rebalance=self.request_rebalance
@@ -196,8 +233,9 @@ class KafkaConsumerConnector(ConsumerConnector):
     def _gate_closed_error(self) -> ConsumerError | None:
         # The group coordinator fences commits by generation: a member whose heartbeats
         # lapsed commits anyway and the coordinator refuses it (CommitFencedError) if its
-        # generation is over.
-        return None
+        # generation is over. A member fenced for good (its group.instance.id taken) commits
+        # nothing more: the error that ended it.
+        return self.coordinator.fatal_error
 
     @property
     def _group_generation(self) -> tuple[int | None, str | None]:

@@ -18,9 +18,15 @@ from typing import Any, ClassVar
 
 import anyio
 
-from ..errors import ConsumerError, GroupCoordinatorError, UnknownTopicError
+from ..errors import (
+    ConsumerError,
+    FencedInstanceIdError,
+    GroupCoordinatorError,
+    UnknownTopicError,
+    UnreleasedInstanceIdError,
+)
 from ..handover import MemberParts, StreamView
-from ..kafka.group import GroupRequestError
+from ..kafka.group import FENCED_INSTANCE_ID, GroupRequestError
 from ..plan import plan_moves
 from ..records import HISTORY_LIMIT, PartitionTopicInfo, RebalanceRecord, TopicPartition
 from ..subscription import ConsumerThreadId, WildcardTopicCount
@@ -49,6 +55,8 @@ class GroupMember:
         completed: rebalances that ended with the assignment taken, all time.
         failed_attempts: attempts that failed, all time.
         last_heartbeat_sent, last_heartbeat_received: monotonic seconds, ``None`` before any.
+        fatal_error: the error that ended this membership for good (a fenced or unreleased
+            ``group.instance.id``), ``None`` while there is none.
     """
 
     _round_name: ClassVar[str] = "rebalance"
@@ -76,6 +84,7 @@ class GroupMember:
         self.failed_attempts = 0
         self.last_heartbeat_sent: float | None = None
         self.last_heartbeat_received: float | None = None
+        self.fatal_error: GroupCoordinatorError | None = None
         self._heartbeat_reset = anyio.Event()
 
     @property
@@ -164,6 +173,12 @@ class GroupMember:
         from 0.1 s to 1 s) within ``max(session.timeout.ms, 30 s)``.
 
         Raises:
+            FencedInstanceIdError: the coordinator answered ``FENCED_INSTANCE_ID``: another
+                member took this member's ``group.instance.id`` (fatal, see
+                :meth:`_fail_for_instance`).
+            UnreleasedInstanceIdError: (``group.protocol=consumer``) the coordinator answered
+                ``UNRELEASED_INSTANCE_ID``: a member with this ``group.instance.id`` is still
+                in the group (fatal).
             GroupCoordinatorError: a fatal group error (authorization, an inconsistent
                 group protocol, a broker without the protocol), or no success within the
                 deadline; names the group and the coordinator.
@@ -193,6 +208,9 @@ class GroupMember:
                 except GroupRequestError as e:
                     self.failed_attempts += 1
                     self.parts.on_attempt_failed()
+                    if e.instance_error:
+                        self._record(started, t0, attempts, False, reason, totals)
+                        raise await self._fail_for_instance(e) from e
                     if self._is_fatal(e):
                         self._record(started, t0, attempts, False, reason, totals)
                         raise GroupCoordinatorError(
@@ -319,6 +337,51 @@ class GroupMember:
         """Leave the group so that it rebalances at once (never raises)."""
         raise NotImplementedError
 
+    # -- static membership ---------------------------------------------------------------
+
+    @property
+    def static(self) -> bool:
+        """Whether this member has a ``group.instance.id`` (static membership, KIP-345)."""
+        return self.config.group_instance_id is not None
+
+    async def _fail_for_instance(self, e: GroupRequestError) -> GroupCoordinatorError:
+        """End the membership for good after an answer about the instance id itself.
+
+        As the Java client, which makes ``FencedInstanceIdException`` and
+        ``UnreleasedInstanceIdException`` fatal (``AbstractCoordinator``'s join, sync and
+        heartbeat handlers; ``ConsumerHeartbeatRequestManager.handleSpecificError``): the
+        member is fenced (no rejoin), the gate closes at once (no record is handed out, no
+        offset committed), and the error is kept in :attr:`fatal_error`, which the heartbeat
+        task raises so that the connector fails with it.
+
+        Args:
+            e: an answer with ``FENCED_INSTANCE_ID`` or ``UNRELEASED_INSTANCE_ID``.
+
+        Returns:
+            The error to raise: :class:`~aiozkconsumer.errors.FencedInstanceIdError` or
+            :class:`~aiozkconsumer.errors.UnreleasedInstanceIdError`, naming the group,
+            the coordinator and the instance id.
+        """
+        if self.fatal_error is not None:
+            return self.fatal_error
+        instance_id = self.config.group_instance_id or ""
+        where = await self._where()
+        error: GroupCoordinatorError
+        if e.code == FENCED_INSTANCE_ID:
+            error = FencedInstanceIdError(self.config.group_id, where, instance_id, str(e))
+        else:
+            error = UnreleasedInstanceIdError(self.config.group_id, where, instance_id, str(e))
+        log.error("[%s] %s", self.consumer_id, error)
+        self.fatal_error = error
+        self.machine.handle(MemberEvent.FENCED)
+        self._membership_over()
+        self._close_gate_now()
+        self._heartbeat_reset.set()  # the heartbeat task wakes up and raises it
+        return error
+
+    def _membership_over(self) -> None:
+        """Forget the generation or epoch (the membership ended for good)."""
+
     # -- heartbeats ----------------------------------------------------------------------
 
     def _heartbeat_interval_s(self) -> float:
@@ -334,10 +397,20 @@ class GroupMember:
         client's ``HeartbeatThread.enable``), so the group's members notice the next
         rebalance together. What a heartbeat's answer means is the protocol's
         (:meth:`_beat`, :meth:`_beat_failed`).
+
+        Raises:
+            FencedInstanceIdError, UnreleasedInstanceIdError: the membership ended for good
+                (:attr:`fatal_error`, from a heartbeat's answer or a rebalance's), as the Java
+                client's heartbeat thread fails with ``FencedInstanceIdException``: the
+                connector's task group fails with it.
         """
         while True:
+            if self.fatal_error is not None:
+                raise self.fatal_error
             with anyio.move_on_after(self._heartbeat_interval_s()):
                 await self._heartbeat_reset.wait()
+            if self.fatal_error is not None:
+                raise self.fatal_error
             if self._heartbeat_reset.is_set():
                 self._heartbeat_reset = anyio.Event()
                 continue  # a rebalance just ended: the next heartbeat is an interval after it
@@ -346,6 +419,8 @@ class GroupMember:
             try:
                 await self._beat()
             except GroupRequestError as e:
+                if e.instance_error:
+                    raise await self._fail_for_instance(e) from e
                 self._beat_failed(e)
 
     async def _beat(self) -> None:

@@ -14,7 +14,13 @@ LeaveGroup on shutdown. As in ``AbstractCoordinator``/``ConsumerCoordinator``
 - ``onJoinPrepare``: before (re)joining, the member commits its consumed offsets, calls the
   listener and gives up every partition (the classic protocol is eager: a member joining
   stops the group's fetching while it rebalances);
-- rebalances stay one serialized task, as in ZooKeeper mode.
+- rebalances stay one serialized task, as in ZooKeeper mode;
+- static membership (KIP-345, ``group.instance.id``): every group request carries the
+  instance id; a static member does not send LeaveGroup on shutdown (``maybeLeaveGroup``
+  leaves only dynamic members), so one restarted with the same id within
+  ``session.timeout.ms`` takes its place and its assignment without a rebalance. A member
+  whose instance id another member took is answered ``FENCED_INSTANCE_ID``, which is fatal
+  (:meth:`~aiozkconsumer.group.base.GroupMember._fail_for_instance`).
 """
 
 from __future__ import annotations
@@ -189,6 +195,9 @@ class KafkaCoordinator(GroupMember):
     def _members_seen(self) -> tuple[str, ...]:
         return self._members
 
+    def _membership_over(self) -> None:
+        self.generation = -1
+
     # -- background tasks ----------------------------------------------------------------
 
     def background_tasks(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
@@ -256,11 +265,26 @@ class KafkaCoordinator(GroupMember):
                 self.request_rebalance("subscription metadata changed")
 
     async def leave(self) -> None:
-        """LeaveGroup, so the group rebalances at once (never raises)."""
+        """LeaveGroup, so the group rebalances at once (never raises).
+
+        A static member (``group.instance.id``) sends none, as the Java client's
+        ``AbstractCoordinator.maybeLeaveGroup`` (2.3+): it stays in the group until its
+        session times out, so a member restarted with the same instance id within
+        ``session.timeout.ms`` gets its assignment back without a rebalance.
+        """
         member = self.member_id and self.generation >= 0
         if not self._leaving():
             return
-        if member:
+        if member and self.static:
+            log.info(
+                "[%s] static member %s (group.instance.id %s): no LeaveGroup; the coordinator "
+                "keeps its assignment for session.timeout.ms (%d ms)",
+                self.consumer_id,
+                self.member_id,
+                self.config.group_instance_id,
+                self.config.session_timeout_ms,
+            )
+        elif member:
             await self.group.leave(self.member_id)
         self.generation = -1
         self.machine.handle(MemberEvent.LEFT)

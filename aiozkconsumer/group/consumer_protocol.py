@@ -18,7 +18,14 @@ The second Kafka-coordinated member beside the classic :mod:`.classic`, on the s
 - ``FENCED_MEMBER_EPOCH`` / ``UNKNOWN_MEMBER_ID``: the member drops every partition without
   committing (its commits would be refused: ``CommitFencedError``), and rejoins at epoch 0
   with the same member id;
-- on shutdown the member leaves with epoch -1, after the connector's final commit.
+- on shutdown the member leaves with epoch -1, after the connector's final commit;
+- static membership (KIP-345, ``group.instance.id``): every heartbeat carries the instance id,
+  and a static member leaves with epoch -2 (``ConsumerMembershipManager.leaveGroupEpoch``):
+  the coordinator keeps its assignment, and a member joining with the same instance id
+  within the session timeout takes it over without a rebalance. A second member with an
+  instance id still in use is refused (``UNRELEASED_INSTANCE_ID``), a member whose instance
+  id was taken over is fenced (``FENCED_INSTANCE_ID``): both fatal, as in the Java client's
+  ``ConsumerHeartbeatRequestManager``.
 
 Commits carry the member epoch (OffsetCommit v9, ``MemberEpochOffsetsChannel``).
 """
@@ -35,6 +42,7 @@ from ..errors import ConsumerError
 from ..handover import MemberParts
 from ..kafka.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroupClient,
     ConsumerGroupHeartbeatRequest,
     HeartbeatResult,
@@ -139,6 +147,8 @@ class ConsumerProtocolCoordinator(GroupMember):
                 subscribed_topic_names=self.subscribed_topics(),
                 server_assignor=cfg.group_remote_assignor,
                 topic_partitions=owned,
+                # Sent with every heartbeat (ConsumerHeartbeatRequestManager.HeartbeatState).
+                instance_id=cfg.group_instance_id,
                 # Sent when joining (null afterwards: unchanged), as the Java client.
                 rack_id=cfg.client_rack if join else None,
             )
@@ -169,6 +179,10 @@ class ConsumerProtocolCoordinator(GroupMember):
 
     def _may_heartbeat(self) -> bool:
         return self.machine.may_heartbeat and self.member_epoch > 0
+
+    def _membership_over(self) -> None:
+        self.member_epoch = -1
+        self._assignment = None
 
     async def _beat(self) -> None:
         """One heartbeat; an answer with a new assignment asks the rebalance worker to
@@ -270,16 +284,26 @@ class ConsumerProtocolCoordinator(GroupMember):
 
     async def leave(self) -> None:
         """Leave the group (a heartbeat with epoch -1), so the coordinator reassigns at once
-        (never raises)."""
+        (never raises).
+
+        A static member (``group.instance.id``) leaves with epoch -2 and its instance id, as
+        the Java client's ``ConsumerMembershipManager.leaveGroupEpoch``: the coordinator
+        keeps its assignment until the session times out, for a member restarted with the
+        same instance id to take over without a rebalance.
+        """
         member = self.joined
         if not self._leaving():
             return
         if member:
+            epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH if self.static else LEAVE_GROUP_MEMBER_EPOCH
             try:
                 async with self._heartbeat_lock:
                     await self.group.consumer_heartbeat(
                         ConsumerGroupHeartbeatRequest(
-                            self.config.group_id, self.member_id, LEAVE_GROUP_MEMBER_EPOCH
+                            self.config.group_id,
+                            self.member_id,
+                            epoch,
+                            instance_id=self.config.group_instance_id,
                         )
                     )
             except (GroupRequestError, ConsumerError) as e:

@@ -1,3 +1,5 @@
+# mypy: allow-subclassing-any
+# (aiokafka ships no type information: its protocol base classes are Any to mypy.)
 """The classic group protocol's requests, through aiokafka's protocol classes.
 
 FindCoordinator, JoinGroup, SyncGroup, Heartbeat and LeaveGroup (the Java client's
@@ -6,13 +8,20 @@ assignments (protocol type ``consumer``), so that a Java ``KafkaConsumer``, an a
 confluent-kafka consumer using the same assignor can be a member of the same group. Every
 aiokafka failure and every error code is translated into :class:`GroupRequestError` here; the
 driver (``aiozkconsumer.group.classic``) decides what to do with it.
+
+Static membership (KIP-345, ``group.instance.id``): JoinGroup v5+, SyncGroup v3+, Heartbeat
+v3+, LeaveGroup v3+ (a members list) and OffsetCommit v7+ carry the instance id. aiokafka
+(0.14) has JoinGroup v5 and SyncGroup v3; Heartbeat v3 and LeaveGroup v3 are declared here
+from Kafka's message schemas, and OffsetCommit v7 is ``leader_epoch``'s. A request that would
+have to drop an instance id for an older broker is refused (``IncompatibleBrokerVersion``),
+as the Java client's builders throw ``UnsupportedVersionException``.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,27 +30,43 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
+from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.coordination import FindCoordinatorRequest
 from aiokafka.protocol.group import (
-    HeartbeatRequest,
+    HeartbeatRequest_v0,
+    HeartbeatRequest_v1,
     JoinGroupRequest,
-    LeaveGroupRequest,
+    LeaveGroupRequest_v0,
+    LeaveGroupRequest_v1,
     SyncGroupRequest,
 )
+from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 
 from ..errors import ConsumerError
 from ..records import TopicPartition
-from .channel import KafkaGetter
+from .channel import KafkaGetter, OffsetsChannel
 from .client import KafkaClient, send_coordination
-from .errors import AiokafkaError, IncompatibleBrokerVersion, error_name
+from .errors import NO_ANSWER, AiokafkaError, IncompatibleBrokerVersion, error_name
+from .leader_epoch import OffsetCommitEpochRequest, OffsetCommitEpochStruct
 
 __all__ = [
     "COORDINATOR_MOVED",
     "FENCED",
+    "FENCED_INSTANCE_ID",
+    "INSTANCE_ERRORS",
+    "UNRELEASED_INSTANCE_ID",
     "GroupRequestError",
+    "HeartbeatRequest_v3",
+    "InstanceHeartbeatRequest",
+    "InstanceJoinGroupRequest",
+    "InstanceOffsetCommitRequest",
+    "InstanceSyncGroupRequest",
     "JoinResult",
+    "LeaveGroupRequest_v3",
+    "MembersLeaveGroupRequest",
     "PROTOCOL_TYPE",
     "GroupClient",
+    "StaticMemberOffsetsChannel",
     "decode_assignment",
     "decode_subscription",
     "encode_assignment",
@@ -66,12 +91,28 @@ REBALANCE_IN_PROGRESS = 27
 GROUP_AUTHORIZATION_FAILED = 30
 MEMBER_ID_REQUIRED = 79
 FENCED_INSTANCE_ID = 82
+UNRELEASED_INSTANCE_ID = 111
 
 COORDINATOR_MOVED = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
 """Codes after which the coordinator is looked up again."""
-FENCED = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID})
+FENCED = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID})
 """Codes meaning this member's generation is over: it must rejoin (commits are refused)."""
+INSTANCE_ERRORS = frozenset({FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID})
+"""Codes about the ``group.instance.id`` itself: fatal, as the Java client's
+``FencedInstanceIdException`` / ``UnreleasedInstanceIdException`` (rejoining cannot help)."""
 _RETRIABLE = COORDINATOR_MOVED | {COORDINATOR_LOAD_IN_PROGRESS, REBALANCE_IN_PROGRESS}
+# Codes aiokafka (0.14) does not name.
+_NAMES = {
+    FENCED_INSTANCE_ID: "FENCED_INSTANCE_ID",
+    UNRELEASED_INSTANCE_ID: "UNRELEASED_INSTANCE_ID",
+}
+
+
+def code_name(code: int) -> str:
+    """Kafka's name of an error code with the code, including the static membership codes
+    aiokafka does not know (``"FENCED_INSTANCE_ID (82)"``)."""
+    name = _NAMES.get(code)
+    return f"{name} ({code})" if name is not None else error_name(code)
 
 
 class GroupRequestError(ConsumerError):
@@ -84,7 +125,7 @@ class GroupRequestError(ConsumerError):
     """
 
     def __init__(self, what: str, code: int | None, detail: str, *, fatal: bool = False) -> None:
-        name = "no answer" if code is None else error_name(code)
+        name = "no answer" if code is None else code_name(code)
         super().__init__(f"{what}: {name}: {detail}" if detail else f"{what}: {name}")
         self.what = what
         self.code = code
@@ -99,6 +140,11 @@ class GroupRequestError(ConsumerError):
     def fenced(self) -> bool:
         """This member's generation is over (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID)."""
         return self.code in FENCED
+
+    @property
+    def instance_error(self) -> bool:
+        """The ``group.instance.id`` was fenced or is not released (fatal)."""
+        return self.code in INSTANCE_ERRORS
 
     @property
     def retriable(self) -> bool:
@@ -189,6 +235,245 @@ def decode_assignment(data: bytes) -> list[TopicPartition]:
     return sorted(TopicPartition(t, p) for t, parts in assignment.assignment for p in parts)
 
 
+# -- static membership: the request versions that carry group.instance.id -----------------
+
+
+def _require_version(instance_id: str | None, version: int, needed: int, what: str) -> None:
+    """Refuse to send an instance id's request at a version without the field.
+
+    Raises:
+        IncompatibleBrokerVersion: ``instance_id`` is set and ``version < needed``.
+    """
+    if instance_id is not None and version < needed:
+        raise IncompatibleBrokerVersion(
+            f"{what} v{version} cannot carry group.instance.id (static membership needs "
+            f"{what} v{needed}+, Kafka 2.3+)"
+        )
+
+
+class InstanceJoinGroupRequest(JoinGroupRequest):
+    """aiokafka's JoinGroup (v0-v2, v5) that refuses to drop a ``group.instance.id``: with
+    one, v5 is needed (``IncompatibleBrokerVersion`` at ``prepare`` otherwise)."""
+
+    def build(self, request_struct_class: Any) -> Any:
+        _require_version(self._group_instance_id, request_struct_class.API_VERSION, 5, "JoinGroup")
+        return super().build(request_struct_class)
+
+
+class InstanceSyncGroupRequest(SyncGroupRequest):
+    """aiokafka's SyncGroup (v0, v1, v3) that refuses to drop a ``group.instance.id``: with
+    one, v3 is needed (``IncompatibleBrokerVersion`` at ``prepare`` otherwise)."""
+
+    def build(self, request_struct_class: Any) -> Any:
+        _require_version(self._group_instance_id, request_struct_class.API_VERSION, 3, "SyncGroup")
+        return super().build(request_struct_class)
+
+
+class HeartbeatResponse_v3(Response):
+    API_KEY = 12
+    API_VERSION = 3
+    SCHEMA = Schema(("throttle_time_ms", Int32), ("error_code", Int16))
+
+
+class HeartbeatRequest_v3(RequestStruct):
+    """Heartbeat v3 (Kafka 2.3+, KIP-345): v1's fields and ``GroupInstanceId``."""
+
+    API_KEY = 12
+    API_VERSION = 3
+    RESPONSE_TYPE = HeartbeatResponse_v3
+    SCHEMA = Schema(
+        ("group", String("utf-8")),
+        ("generation_id", Int32),
+        ("member_id", String("utf-8")),
+        ("group_instance_id", String("utf-8")),
+    )
+
+
+class InstanceHeartbeatRequest(
+    Request[HeartbeatRequest_v0 | HeartbeatRequest_v1 | HeartbeatRequest_v3]
+):
+    """Heartbeat at the newest of v0, v1 and v3 both sides speak.
+
+    Args:
+        group: ``group.id``.
+        generation_id: the generation of the membership.
+        member_id: the member id.
+        group_instance_id: ``group.instance.id`` (``None``: a dynamic member).
+
+    Raises:
+        IncompatibleBrokerVersion: (at ``prepare``) an instance id for a broker without v3.
+    """
+
+    API_KEY = 12
+
+    def __init__(
+        self, group: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> None:
+        self.group = group
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+
+    def build(self, request_struct_class: Any) -> Any:
+        version = request_struct_class.API_VERSION
+        _require_version(self.group_instance_id, version, 3, "Heartbeat")
+        head = (self.group, self.generation_id, self.member_id)
+        if version >= 3:
+            return request_struct_class(*head, self.group_instance_id)
+        return request_struct_class(*head)
+
+
+class LeaveGroupResponse_v3(Response):
+    API_KEY = 13
+    API_VERSION = 3
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        (
+            "members",
+            Array(
+                ("member_id", String("utf-8")),
+                ("group_instance_id", String("utf-8")),
+                ("error_code", Int16),
+            ),
+        ),
+    )
+
+
+class LeaveGroupRequest_v3(RequestStruct):
+    """LeaveGroup v3 (Kafka 2.4+, KIP-345): a batch of members, each with its instance id."""
+
+    API_KEY = 13
+    API_VERSION = 3
+    RESPONSE_TYPE = LeaveGroupResponse_v3
+    SCHEMA = Schema(
+        ("group", String("utf-8")),
+        ("members", Array(("member_id", String("utf-8")), ("group_instance_id", String("utf-8")))),
+    )
+
+
+class MembersLeaveGroupRequest(
+    Request[LeaveGroupRequest_v0 | LeaveGroupRequest_v1 | LeaveGroupRequest_v3]
+):
+    """LeaveGroup of one member at the newest of v0, v1 and v3 both sides speak (v3: the
+    members list, as the Java client's ``LeaveGroupRequest.Builder``).
+
+    Args:
+        group: ``group.id``.
+        member_id: the member id.
+        group_instance_id: ``group.instance.id`` (``None``: a dynamic member).
+
+    Raises:
+        IncompatibleBrokerVersion: (at ``prepare``) an instance id for a broker without v3.
+    """
+
+    API_KEY = 13
+
+    def __init__(self, group: str, member_id: str, group_instance_id: str | None) -> None:
+        self.group = group
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+
+    def build(self, request_struct_class: Any) -> Any:
+        version = request_struct_class.API_VERSION
+        _require_version(self.group_instance_id, version, 3, "LeaveGroup")
+        if version >= 3:
+            return request_struct_class(self.group, [(self.member_id, self.group_instance_id)])
+        return request_struct_class(self.group, self.member_id)
+
+
+class InstanceOffsetCommitRequest(OffsetCommitEpochRequest):
+    """:class:`~aiozkconsumer.kafka.leader_epoch.OffsetCommitEpochRequest` with the member's
+    ``group.instance.id`` (``GroupInstanceId``, v7+), as the Java client's
+    ``OffsetCommitRequest.Builder``.
+
+    Args:
+        group_id, generation, member_id, topics: as ``OffsetCommitEpochRequest``.
+        group_instance_id: ``group.instance.id`` (``None``: as ``OffsetCommitEpochRequest``).
+
+    Raises:
+        IncompatibleBrokerVersion: (at ``prepare``) an instance id for a broker without v7.
+        NotImplementedError: (at ``prepare``) no version in common.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        topics: list[tuple[str, list[tuple[int, int, int, str]]]],
+        group_instance_id: str | None,
+    ) -> None:
+        super().__init__(group_id, generation, member_id, topics)
+        self.group_instance_id = group_instance_id
+
+    def build(self, request_struct_class: type[OffsetCommitEpochStruct]) -> OffsetCommitEpochStruct:
+        version = request_struct_class.API_VERSION
+        _require_version(self.group_instance_id, version, 7, "OffsetCommit")
+        if version >= 7:
+            return request_struct_class(
+                self.group_id, self.generation, self.member_id, self.group_instance_id, self.topics
+            )
+        return super().build(request_struct_class)
+
+
+class StaticMemberOffsetsChannel(OffsetsChannel):
+    """The offsets channel of a classic group's static member: its OffsetCommits carry the
+    ``group.instance.id`` (v7+), so the coordinator refuses a commit of a member whose
+    instance id another member took (``FENCED_INSTANCE_ID``). OffsetFetch and coordinator
+    discovery are the base channel's.
+
+    Args:
+        kafka_getter, group, socket_timeout_ms: as :class:`OffsetsChannel`.
+        group_instance_id: ``group.instance.id``.
+    """
+
+    def __init__(
+        self,
+        kafka_getter: KafkaGetter,
+        group: str,
+        *,
+        socket_timeout_ms: int,
+        group_instance_id: str,
+    ) -> None:
+        super().__init__(kafka_getter, group, socket_timeout_ms=socket_timeout_ms)
+        self.group_instance_id = group_instance_id
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        *,
+        generation: int = -1,
+        member_id: str = "",
+        metadata: Mapping[TopicPartition, str] | None = None,
+        leader_epochs: Mapping[TopicPartition, int] | None = None,
+    ) -> dict[TopicPartition, int]:
+        """As :meth:`OffsetsChannel.commit`, with the instance id.
+
+        Raises:
+            ChannelError: no usable answer (``fatal``: the broker has no OffsetCommit v7).
+        """
+        texts = metadata or {}
+        epochs = leader_epochs or {}
+        by_topic: dict[str, list[tuple[int, int, int, str]]] = {}
+        for tp, offset in offsets.items():
+            by_topic.setdefault(tp.topic, []).append(
+                (tp.partition, offset, epochs.get(tp, -1), texts.get(tp, ""))
+            )
+        request = InstanceOffsetCommitRequest(
+            self.group, generation, member_id, sorted(by_topic.items()), self.group_instance_id
+        )
+        async with self._lock:
+            response = await self._to_coordinator(request, "OffsetCommit")
+        codes = dict.fromkeys(offsets, NO_ANSWER)
+        for topic, parts in response.topics:
+            for partition, code in parts:
+                tp = TopicPartition(topic, partition)
+                if tp in codes:
+                    codes[tp] = int(code)
+        return codes
+
+
 class GroupClient:
     """Requests of the classic group protocol to one group's coordinator.
 
@@ -197,12 +482,22 @@ class GroupClient:
         group: ``group.id``.
         request_timeout_ms: time limit of FindCoordinator, SyncGroup, Heartbeat and
             LeaveGroup, ms.
+        group_instance_id: ``group.instance.id``, default ``None`` (dynamic membership);
+            JoinGroup, SyncGroup, Heartbeat and LeaveGroup carry it.
     """
 
-    def __init__(self, kafka_getter: KafkaGetter, group: str, *, request_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        kafka_getter: KafkaGetter,
+        group: str,
+        *,
+        request_timeout_ms: int,
+        group_instance_id: str | None = None,
+    ) -> None:
         self._kafka_getter = kafka_getter
         self.group = group
         self.request_timeout_ms = request_timeout_ms
+        self.group_instance_id = group_instance_id
         self._coordinator: int | None = None
 
     @property
@@ -262,20 +557,25 @@ class GroupClient:
         """JoinGroup; answered once every member has (re)joined.
 
         A first join with an empty member id is answered ``MEMBER_ID_REQUIRED`` with the id
-        to use (KIP-394); that second join is made here.
+        to use (KIP-394); that second join is made here. A static member (``group.instance.id``)
+        is given its id at once; if its instance id is known to a group that is stable, the
+        coordinator answers at once with the current generation and the member keeps its
+        assignment (no rebalance), the member id the instance had before being replaced.
 
         Raises:
             GroupRequestError: an error code or no answer within the rebalance timeout (+ the
-                request timeout). ``INCONSISTENT_GROUP_PROTOCOL`` and
-                ``GROUP_AUTHORIZATION_FAILED`` are fatal.
+                request timeout). ``INCONSISTENT_GROUP_PROTOCOL``,
+                ``GROUP_AUTHORIZATION_FAILED``, ``INVALID_SESSION_TIMEOUT`` and
+                ``FENCED_INSTANCE_ID`` (the member id sent is not the one the instance id
+                has now) are fatal; a broker without JoinGroup v5 for an instance id too.
         """
         for _ in range(2):
-            request = JoinGroupRequest(
+            request = InstanceJoinGroupRequest(
                 self.group,
                 session_timeout_ms,
                 rebalance_timeout_ms,
                 member_id,
-                None,  # no static membership (a null group.instance.id)
+                self.group_instance_id,
                 PROTOCOL_TYPE,
                 list(protocols),
             )
@@ -303,6 +603,7 @@ class GroupClient:
                         INCONSISTENT_GROUP_PROTOCOL,
                         GROUP_AUTHORIZATION_FAILED,
                         INVALID_SESSION_TIMEOUT,
+                        FENCED_INSTANCE_ID,
                     ),
                 )
             members = tuple(
@@ -328,14 +629,20 @@ class GroupClient:
 
         Raises:
             GroupRequestError: an error code (``REBALANCE_IN_PROGRESS``, ``ILLEGAL_GENERATION``
-                ... : rejoin) or no answer.
+                ... : rejoin) or no answer; ``GROUP_AUTHORIZATION_FAILED`` and
+                ``FENCED_INSTANCE_ID`` are fatal.
         """
-        request = SyncGroupRequest(self.group, generation, member_id, None, list(assignments))
+        request = InstanceSyncGroupRequest(
+            self.group, generation, member_id, self.group_instance_id, list(assignments)
+        )
         resp = await self._to_coordinator(request, "SyncGroup", self.request_timeout_ms / 1000)
         code = int(resp.error_code)
         if code != NONE:
             raise GroupRequestError(
-                "SyncGroup", code, f"group {self.group!r}", fatal=code == GROUP_AUTHORIZATION_FAILED
+                "SyncGroup",
+                code,
+                f"group {self.group!r}",
+                fatal=code in (GROUP_AUTHORIZATION_FAILED, FENCED_INSTANCE_ID),
             )
         return bytes(resp.member_assignment)
 
@@ -344,30 +651,39 @@ class GroupClient:
 
         Raises:
             GroupRequestError: an error code (``REBALANCE_IN_PROGRESS``: rejoin;
-                ``ILLEGAL_GENERATION``/``UNKNOWN_MEMBER_ID``: fenced) or no answer.
+                ``ILLEGAL_GENERATION``/``UNKNOWN_MEMBER_ID``: fenced; ``FENCED_INSTANCE_ID``:
+                another member took this member's ``group.instance.id``, fatal) or no answer.
         """
-        request = HeartbeatRequest(self.group, generation, member_id)
+        request = InstanceHeartbeatRequest(
+            self.group, generation, member_id, self.group_instance_id
+        )
         resp = await self._to_coordinator(request, "Heartbeat", self.request_timeout_ms / 1000)
         code = int(resp.error_code)
         if code != NONE:
-            raise GroupRequestError("Heartbeat", code, f"group {self.group!r}")
+            raise GroupRequestError(
+                "Heartbeat", code, f"group {self.group!r}", fatal=code == FENCED_INSTANCE_ID
+            )
 
     async def leave(self, member_id: str) -> None:
-        """LeaveGroup, so the group rebalances at once (never raises)."""
+        """LeaveGroup (v3+: the members list, with ``group.instance.id``), so the group
+        rebalances at once (never raises). A static member's driver does not call it on
+        shutdown (as the Java client's ``maybeLeaveGroup``)."""
         if not member_id:
             return
         try:
             resp = await self._to_coordinator(
-                LeaveGroupRequest(self.group, member_id),
+                MembersLeaveGroupRequest(self.group, member_id, self.group_instance_id),
                 "LeaveGroup",
                 self.request_timeout_ms / 1000,
             )
         except (GroupRequestError, ConsumerError) as e:
             log.info("group %s: LeaveGroup failed: %s", self.group, e)
             return
-        code = int(getattr(resp, "error_code", NONE))
-        if code != NONE:
-            log.info("group %s: LeaveGroup answered %s", self.group, error_name(code))
+        codes = [int(getattr(resp, "error_code", NONE))]
+        codes += [int(m[-1]) for m in getattr(resp, "members", None) or ()]
+        for code in codes:
+            if code != NONE:
+                log.info("group %s: LeaveGroup answered %s", self.group, code_name(code))
 
     # -- one request ---------------------------------------------------------------------
 

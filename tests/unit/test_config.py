@@ -58,6 +58,7 @@ ORIGINAL_DEFAULTS: dict[str, object] = {
     "max.poll.interval.ms": 300000,
     "group.protocol": "classic",
     "group.remote.assignor": None,
+    "group.instance.id": None,
     "interceptor.classes": None,
     "offsets.malformed.reset": False,
     # Kafka connection security and what is read: the Java KafkaConsumer's keys and defaults.
