@@ -184,6 +184,11 @@ class ConnectorStatistics:
             from their leader failed, or since fetching started): their leader is unknown or
             its broker did not answer, and the leader finder is looking for it (every
             ``refresh.leader.backoff.ms``). Empty while every partition is fetched.
+        seconds_since_coordinator: with Kafka coordination, seconds since the group
+            coordinator last answered (since the connector started, before its first answer);
+            heartbeats go every ``heartbeat.interval.ms``, so many seconds mean the
+            coordinator is unknown or unreachable (a health check's signal). ``None`` with
+            ZooKeeper coordination.
     """
 
     state: ConnectorState
@@ -204,6 +209,7 @@ class ConnectorStatistics:
     unowned_partitions: Mapping[TopicPartition, str] = field(default_factory=dict)
     seconds_since_fetch: float | None = None
     partitions_without_leader: Mapping[TopicPartition, float] = field(default_factory=dict)
+    seconds_since_coordinator: float | None = None
 
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -949,7 +955,13 @@ class ConsumerConnector:
                 None if last_response is None else max(0.0, time.monotonic() - last_response)
             ),
             partitions_without_leader=self.fetcher.without_leader(),
+            seconds_since_coordinator=self._seconds_since_coordinator(),
         )
+
+    def _seconds_since_coordinator(self) -> float | None:
+        """:attr:`ConnectorStatistics.seconds_since_coordinator`: ``None`` here (ZooKeeper
+        coordination has no group coordinator)."""
+        return None
 
     def __repr__(self) -> str:
         return (

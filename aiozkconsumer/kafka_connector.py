@@ -240,3 +240,6 @@ class KafkaConsumerConnector(ConsumerConnector):
     @property
     def _group_generation(self) -> tuple[int | None, str | None]:
         return self.coordinator.membership()
+
+    def _seconds_since_coordinator(self) -> float | None:
+        return self.group.seconds_since_answer

@@ -16,8 +16,9 @@ or configure it with environment variables (``AIOZKCONSUMER_ZOOKEEPER``,
   or the group's plan gives it a partition it left unclaimed because its offset node in
   ZooKeeper does not hold a number, see ``offsets.malformed.reset``) or ``"failing"`` (503;
   ``reasons`` says why: a consumer task failed, the connector is not running, no broker has
-  answered a fetch for ``socket.timeout.ms``, or an owned partition has had no broker to
-  fetch it from for that long: :func:`fetch_stalls`). This is readiness; the process is
+  answered a fetch for ``socket.timeout.ms``, an owned partition has had no broker to
+  fetch it from for that long, or the Kafka group coordinator has not answered for that long:
+  :func:`fetch_stalls`). This is readiness; the process is
   alive while it answers at all.
 - ``GET /metrics``: the Prometheus text exposition of ``connector.metrics.collector()``.
 
@@ -124,14 +125,24 @@ def fetch_stalls(stats: ConnectorStatistics, bound_s: float) -> list[str]:
     member (``ConnectorStatistics.seconds_since_fetch``); a partition without a broker to
     fetch it from for that long (its leader unknown or down:
     ``ConnectorStatistics.partitions_without_leader``) is not read whatever the others do.
+    With Kafka coordination, a group coordinator that has not answered for ``bound_s``
+    (``ConnectorStatistics.seconds_since_coordinator``; heartbeats go every
+    ``heartbeat.interval.ms``) counts too, partitions owned or not.
 
     Args:
         stats: the connector's statistics.
         bound_s: how long a stall may last before it counts, in seconds.
     """
-    if not stats.owned_partitions:
-        return []
     reasons: list[str] = []
+    unanswered = stats.seconds_since_coordinator
+    if unanswered is not None and unanswered > bound_s:
+        reasons.append(
+            f"the group coordinator has not answered for {unanswered:.0f} s "
+            f"(socket.timeout.ms is {bound_s * 1000:.0f} ms): it is unknown or unreachable, "
+            "so the member's assignment cannot be kept or changed"
+        )
+    if not stats.owned_partitions:
+        return reasons
     idle = stats.seconds_since_fetch
     if idle is not None and idle > bound_s:
         reasons.append(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -499,11 +500,19 @@ class GroupClient:
         self.request_timeout_ms = request_timeout_ms
         self.group_instance_id = group_instance_id
         self._coordinator: int | None = None
+        self._answered_at = time.monotonic()
 
     @property
     def coordinator(self) -> int | None:
         """The coordinator's broker id, ``None`` until found."""
         return self._coordinator
+
+    @property
+    def seconds_since_answer(self) -> float:
+        """Seconds since the coordinator last answered a request (since this client was made,
+        before its first answer): heartbeats go every ``heartbeat.interval.ms``, so many
+        seconds mean the coordinator is unknown or unreachable."""
+        return max(0.0, time.monotonic() - self._answered_at)
 
     async def coordinator_address(self) -> str:
         """``host:port`` of the coordinator (``"unknown"`` before it is found)."""
@@ -693,11 +702,13 @@ class GroupClient:
             await self.find_coordinator()
         assert self._coordinator is not None
         try:
-            return await self._send(kafka, self._coordinator, request, timeout_s, what)
+            response = await self._send(kafka, self._coordinator, request, timeout_s, what)
         except GroupRequestError as e:
             if e.coordinator_moved:
                 self.forget_coordinator()
             raise
+        self._answered_at = time.monotonic()
+        return response
 
     async def _send(
         self,

@@ -17,6 +17,7 @@ import pytest
 from _support import Seen, config_for, drain
 
 from aiozkconsumer import ConnectorState, ConsumerTimeoutError, ZookeeperConsumerConnector
+from aiozkconsumer.base_connector import ConsumerConnector
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.zk import layout
 
@@ -135,7 +136,7 @@ async def test_broker_restart_loses_nothing_and_does_not_rebalance(
     assert set(seen.pairs) == {(p, o) for p in range(2) for o in range(2000)}
 
 
-async def _until_stats(c: ZookeeperConsumerConnector, predicate: Any, limit_s: float) -> None:
+async def _until_stats(c: ConsumerConnector, predicate: Any, limit_s: float) -> None:
     """Poll ``c.statistics()`` until ``predicate`` holds (no event announces a fetch)."""
     with anyio.fail_after(limit_s):
         # A snapshot with a clock in it: nothing announces "no fetch answered for 2 s".
@@ -168,6 +169,43 @@ async def test_statistics_show_a_broker_that_stopped_answering(
         await fault_cluster.produce_to_partitions(unique_topic, {0: [(b"k", b"after")]})
         await seen.wait_until(lambda: (0, 10) in seen.pairs)
         tg.cancel_scope.cancel()
+
+
+async def test_statistics_show_a_group_coordinator_that_stopped_answering(
+    fault_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    """With Kafka coordination, ``seconds_since_coordinator`` stays within a heartbeat
+    interval while the coordinator answers, grows while its broker is frozen, and drops again
+    once it answers (the readiness rule "the group coordinator is unknown"); ZooKeeper
+    coordination has none (``None``)."""
+    from aiozkconsumer import ConsumerConfig, create_connector
+
+    await _topic(fault_cluster, unique_topic, 1, 10)
+    seen = Seen()
+    config = ConsumerConfig(
+        group_id=unique_group_id,
+        group_coordinator="kafka",
+        bootstrap_servers=fault_cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        session_timeout_ms=20000,
+        heartbeat_interval_ms=500,
+    )
+    broker = fault_cluster.broker_ids[0]
+    async with create_connector(config) as c, anyio.create_task_group() as tg:
+        streams = await c.create_message_streams({unique_topic: 1})
+        tg.start_soon(drain, streams[unique_topic][0], 0, seen)
+        await seen.wait_until(lambda: len(seen.pairs) >= 10)
+        await _until_stats(c, lambda s: (s.seconds_since_coordinator or 99) < 1.0, 10)
+        fault_cluster.pause_broker(broker)
+        try:
+            await _until_stats(c, lambda s: (s.seconds_since_coordinator or 0) > 3.0, 30)
+        finally:
+            fault_cluster.resume_broker(broker)
+        await _until_stats(c, lambda s: (s.seconds_since_coordinator or 99) < 1.0, 60)
+        tg.cancel_scope.cancel()
+    zk_config = config_for(fault_cluster, unique_group_id + "-zk")
+    async with ZookeeperConsumerConnector(zk_config) as z:
+        assert z.statistics().seconds_since_coordinator is None
 
 
 async def test_committed_offset_out_of_range_resets_to_smallest(

@@ -357,7 +357,10 @@ async def test_health_is_ok_when_nothing_is_wrong(
 
 
 def _stats(
-    owned: int, since_fetch: float | None, without_leader: dict[int, float]
+    owned: int,
+    since_fetch: float | None,
+    without_leader: dict[int, float],
+    since_coordinator: float | None = None,
 ) -> ConnectorStatistics:
     tps = tuple(TopicPartition("t", p) for p in range(owned))
     return ConnectorStatistics(
@@ -376,6 +379,7 @@ def _stats(
         last_error=None,
         seconds_since_fetch=since_fetch,
         partitions_without_leader={TopicPartition("t", p): s for p, s in without_leader.items()},
+        seconds_since_coordinator=since_coordinator,
     )
 
 
@@ -389,3 +393,13 @@ def test_fetch_stalls_name_silent_brokers_and_partitions_without_a_broker() -> N
     [stalled] = service.fetch_stalls(_stats(3, 0.2, {1: 31.0, 2: 5.0}), 30.0)
     assert stalled.startswith("1 owned partition(s) had no broker to fetch from for more than 30 s")
     assert stalled.endswith(": t-1")
+
+
+def test_fetch_stalls_name_a_group_coordinator_that_does_not_answer() -> None:
+    """Kafka coordination: a coordinator silent past the bound fails readiness, owned
+    partitions or not; ZooKeeper coordination (``None``) never does."""
+    assert service.fetch_stalls(_stats(2, 0.1, {}, since_coordinator=1.0), 30.0) == []
+    assert service.fetch_stalls(_stats(0, None, {}, since_coordinator=None), 30.0) == []
+    [silent] = service.fetch_stalls(_stats(0, None, {}, since_coordinator=42.0), 30.0)
+    assert silent.startswith("the group coordinator has not answered for 42 s")
+    assert "unknown or unreachable" in silent
