@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import logging
 import os
 import re
 import signal
@@ -403,3 +404,91 @@ def test_fetch_stalls_name_a_group_coordinator_that_does_not_answer() -> None:
     [silent] = service.fetch_stalls(_stats(0, None, {}, since_coordinator=42.0), 30.0)
     assert silent.startswith("the group coordinator has not answered for 42 s")
     assert "unknown or unreachable" in silent
+
+
+_CONNECTION_WARNINGS = ("Unable connect to node", "Unable to update metadata")
+"""aiokafka's lines at every retry against a down broker (throttled by the project)."""
+
+
+@pytest.fixture(scope="module")
+def own_cluster() -> Any:
+    """A cluster of this module's own: its only broker is killed."""
+    cluster = LocalCluster()
+    asyncio.run(cluster.start())  # started outside any test's loop, as the session clusters
+    try:
+        yield cluster
+    finally:
+        asyncio.run(cluster.stop())
+
+
+async def _until_health(
+    http: aiohttp.ClientSession, url: str, status: int, limit_s: float
+) -> dict[str, Any]:
+    """Poll ``/health`` until it answers ``status``; the body then."""
+    with anyio.fail_after(limit_s):
+        while True:
+            got, body = await _get_json(http, f"{url}/health")
+            if got == status:
+                return body
+            # /health is a snapshot with a clock in it: nothing announces its change.
+            await anyio.sleep(0.1)
+
+
+async def test_health_fails_within_the_timeout_of_a_killed_broker_and_recovers(
+    own_cluster: LocalCluster,
+    http: aiohttp.ClientSession,
+    unique_topic: str,
+    unique_group_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The only broker killed: ``/health`` turns 503 within ``socket.timeout.ms`` + 1 s (it
+    answered 200 "ok" for a minute before) and 200 again once the broker is back; the
+    client's connection warnings stay at one line per broker per back-off window."""
+    import time
+
+    from aiozkconsumer._repeats import REPEAT_INTERVAL_S
+
+    timeout_s = 3.0
+    await own_cluster.create_topic(unique_topic, PARTITIONS)
+    ends = await _produce(own_cluster, unique_topic, 5)
+    settings = service.Settings(
+        zookeeper=own_cluster.zookeeper_connect,
+        group=unique_group_id,
+        topic=unique_topic,
+        port=0,
+        properties={"socket.timeout.ms": str(int(timeout_s * 1000))},
+    )
+    app = service.create_app(settings)
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(service.serve(app, "127.0.0.1", 0, on_ready=ready.set_result))
+    broker = own_cluster.broker_ids[0]
+    try:
+        with anyio.fail_after(60):
+            url = await asyncio.shield(ready)
+        await _wait_consumed(http, url, ends)
+        assert (await _get_json(http, f"{url}/health"))[0] == 200
+        caplog.clear()
+        caplog.set_level(logging.WARNING, logger="aiokafka")
+        own_cluster.kill_broker(broker)
+        killed = time.monotonic()
+        body = await _until_health(http, url, 503, timeout_s + 30)
+        failed_after = time.monotonic() - killed
+        assert failed_after <= timeout_s + 1 + 0.5, body  # + one poll and the clock's slack
+        assert any("no broker has answered a fetch" in r for r in body["reasons"]), body
+        down_s = time.monotonic() - killed
+        await own_cluster.restart_broker(broker)
+        await _until_health(http, url, 200, 90)
+        # Per message and broker, as the throttle keys them (its own count suffix aside).
+        by_key: dict[tuple[str, str], int] = {}
+        for r in caplog.records:
+            if r.name.startswith("aiokafka") and str(r.msg).startswith(_CONNECTION_WARNINGS):
+                args = r.args if isinstance(r.args, tuple) else ()
+                key = (str(r.msg).split("%s")[0], str(args[:1]))
+                by_key[key] = by_key.get(key, 0) + 1
+        assert by_key, "the outage logged no connection warning: nothing was checked"
+        windows = int((time.monotonic() - killed) / REPEAT_INTERVAL_S) + 1
+        assert all(n <= windows for n in by_key.values()), (by_key, windows, down_s)
+    finally:
+        server.cancel()
+        with anyio.fail_after(60), contextlib.suppress(asyncio.CancelledError):
+            await server
