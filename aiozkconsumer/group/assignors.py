@@ -7,13 +7,17 @@ decision, so that a mixed group ends up with the same assignment whichever membe
 a Java consumer -- leads it. They take the members' subscriptions and the topics' partition
 counts and return the assignment; reading metadata and sending SyncGroup is the caller's job.
 
-Rack-aware assignment (KIP-881, kafka-clients 3.5+, only when members send ``client.rack``)
-is not reproduced: the members' racks are not an input here.
+Rack-aware range assignment (KIP-881, kafka-clients 3.5+) is reproduced too: when members
+send ``client.rack`` and some partition has replicas on only some of the racks, the range
+assignor first gives each member partitions with a replica on its rack (keeping each topic's
+balance and the co-partitioning of topics with the same partition count and subscribers),
+then the rest by plain ranges, as ``RangeAssignor.assignPartitions``. The round-robin
+assignor has no rack-aware form (neither has Java's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Protocol
 
 from aiozkconsumer.errors import InvalidConfigError
@@ -23,6 +27,7 @@ __all__ = [
     "SUPPORTED_STRATEGIES",
     "GroupAssignment",
     "GroupAssignor",
+    "PartitionRacks",
     "RangeAssignor",
     "RoundRobinAssignor",
     "assign",
@@ -30,6 +35,11 @@ __all__ = [
 
 GroupAssignment = dict[str, list[TopicPartition]]
 """Member id -> its partitions, sorted by topic then partition; every member has an entry."""
+
+PartitionRacks = Mapping[str, Sequence[Collection[str]]]
+"""Topic -> per partition (index = partition id) the racks of its replicas (all replicas, as
+the Java assignor counts them, offline or not in the ISR included); brokers without a rack
+add none."""
 
 SUPPORTED_STRATEGIES: Final = ("range", "roundrobin")
 """The ``partition.assignment.strategy`` names (the assignors' ``name()``) implemented here."""
@@ -100,6 +110,9 @@ class GroupAssignor(Protocol):
         subscriptions: Mapping[str, Collection[str]],
         partitions_per_topic: Mapping[str, int],
         group_instance_ids: Mapping[str, str | None] | None = None,
+        *,
+        member_racks: Mapping[str, str | None] | None = None,
+        partition_racks: PartitionRacks | None = None,
     ) -> GroupAssignment:
         """Compute the group's assignment; see :func:`assign`."""
         ...
@@ -113,6 +126,10 @@ class RangeAssignor:
     present, else member id): each gets ``n // m`` partitions and the first ``n % m`` one
     more. With two members C0, C1 and topics t0, t1 of 3 partitions, C0 gets
     ``[t0p0, t0p1, t1p0, t1p1]`` and C1 ``[t0p2, t1p2]``.
+
+    With racks (KIP-881) and some partition on a subset of the members' racks, partitions with
+    a replica on a member's rack go to it first, within the same per-topic quotas (see
+    :func:`_rack_aware_ranges`).
     """
 
     name: Final = "range"
@@ -122,6 +139,9 @@ class RangeAssignor:
         subscriptions: Mapping[str, Collection[str]],
         partitions_per_topic: Mapping[str, int],
         group_instance_ids: Mapping[str, str | None] | None = None,
+        *,
+        member_racks: Mapping[str, str | None] | None = None,
+        partition_racks: PartitionRacks | None = None,
     ) -> GroupAssignment:
         """Compute the group's assignment by ranges; arguments and errors as :func:`assign`.
 
@@ -129,6 +149,9 @@ class RangeAssignor:
             Member id -> its partitions, sorted; an entry for every member.
         """
         group = _Group(subscriptions, partitions_per_topic, group_instance_ids)
+        racks = {m: r for m, r in (member_racks or {}).items() if r}
+        if racks:
+            return _rack_aware_ranges(group, racks, partition_racks or {})
         assignment = group.empty_assignment()
         # Topics in sorted order and partitions ascending keep every list sorted as built.
         for topic in group.topics:
@@ -163,12 +186,16 @@ class RoundRobinAssignor:
         subscriptions: Mapping[str, Collection[str]],
         partitions_per_topic: Mapping[str, int],
         group_instance_ids: Mapping[str, str | None] | None = None,
+        *,
+        member_racks: Mapping[str, str | None] | None = None,
+        partition_racks: PartitionRacks | None = None,
     ) -> GroupAssignment:
         """Compute the group's assignment round robin; arguments and errors as :func:`assign`.
 
         Returns:
             Member id -> its partitions, sorted; an entry for every member.
         """
+        del member_racks, partition_racks  # RoundRobinAssignor has no rack-aware form
         group = _Group(subscriptions, partitions_per_topic, group_instance_ids)
         assignment = group.empty_assignment()
         circle = group.members
@@ -186,6 +213,139 @@ class RoundRobinAssignor:
         return assignment
 
 
+class _TopicState:
+    """``RangeAssignor.TopicAssignmentState``: one topic's quotas and what is left of it."""
+
+    def __init__(
+        self,
+        topic: str,
+        count: int,
+        consumers: list[str],
+        consumer_racks: Mapping[str, str],
+        replica_racks: Sequence[Collection[str]] | None,
+    ) -> None:
+        self.topic = topic
+        self.consumers = [(c, consumer_racks.get(c)) for c in consumers]
+        self.racks_of = dict(self.consumers)
+        self.unassigned = list(range(count))  # the LinkedHashSet, in partition order
+        self.assigned = dict.fromkeys(consumers, 0)
+        self.per_consumer = count // len(consumers) if consumers else 0
+        self.with_extra = count % len(consumers) if consumers else 0
+        member_racks = {consumer_racks[c] for c in consumers if c in consumer_racks}
+        self.partition_racks: dict[int, frozenset[str]] = {}
+        if member_racks:
+            known = replica_racks or ()
+            self.partition_racks = {
+                p: frozenset(known[p]) if p < len(known) else frozenset() for p in range(count)
+            }
+        all_partition_racks = frozenset().union(*self.partition_racks.values())
+        # AbstractPartitionAssignor.useRackAwareAssignment (preferRackAwareLogic off).
+        self.needs_rack_aware = (
+            bool(member_racks)
+            and not member_racks.isdisjoint(all_partition_racks)
+            and not all(r == all_partition_racks for r in self.partition_racks.values())
+        )
+
+    def racks_match(self, consumer: str, partition: int) -> bool:
+        rack = self.racks_of[consumer]
+        return rack is None or rack in self.partition_racks.get(partition, frozenset())
+
+    def max_assignable(self, consumer: str) -> int:
+        quota = self.per_consumer + (1 if self.with_extra > 0 else 0)
+        return max(0, quota - self.assigned[consumer])
+
+    def on_assigned(self, consumer: str, partitions: list[int]) -> None:
+        self.assigned[consumer] += len(partitions)
+        if self.assigned[consumer] > self.per_consumer:
+            self.with_extra -= 1
+        taken = set(partitions)
+        self.unassigned = [p for p in self.unassigned if p not in taken]
+
+
+def _give(
+    consumer: str, partitions: list[int], state: _TopicState, assignment: GroupAssignment
+) -> None:
+    assignment[consumer].extend(TopicPartition(state.topic, p) for p in partitions)
+    state.on_assigned(consumer, partitions)
+
+
+def _assign_ranges(
+    state: _TopicState, may_assign: Callable[[str, int], bool], assignment: GroupAssignment
+) -> None:
+    """``RangeAssignor.assignRanges``: each consumer in turn takes the first unassigned
+    partitions it may, up to its quota."""
+    for consumer, _ in state.consumers:
+        if not state.unassigned:
+            break
+        fitting = [p for p in state.unassigned if may_assign(consumer, p)]
+        chosen = fitting[: state.max_assignable(consumer)]
+        if chosen:
+            _give(consumer, chosen, state, assignment)
+
+
+def _assign_co_partitioned(
+    consumers: list[str], count: int, states: list[_TopicState], assignment: GroupAssignment
+) -> None:
+    """``RangeAssignor.assignCoPartitionedWithRackMatching``: partition p of every topic of
+    the set goes to the first remaining consumer whose rack matches p in all of them."""
+    remaining = list(consumers)
+    for p in range(count):
+        match = next(
+            (
+                c
+                for c in remaining
+                if all(t.racks_match(c, p) and t.max_assignable(c) > 0 for t in states)
+            ),
+            None,
+        )
+        if match is None:
+            continue
+        for t in states:
+            _give(match, [p], t, assignment)
+        if not any(t.max_assignable(match) > 0 for t in states):
+            remaining.remove(match)
+            if not remaining:
+                break
+
+
+def _rack_aware_ranges(
+    group: _Group, consumer_racks: Mapping[str, str], partition_racks: PartitionRacks
+) -> GroupAssignment:
+    """``RangeAssignor.assignPartitions`` with members' racks (kafka-clients 3.5+, KIP-881).
+
+    When some topic needs it (members and replicas have racks in common, and not every
+    partition is on every rack), topics with the same subscribers and partition count are
+    matched together partition by partition (co-partitioning before rack alignment), a topic
+    alone by ranges over the partitions on each consumer's rack; then every topic's leftover
+    partitions go by plain ranges. The order of topics does not change the result (each
+    topic's quotas are its own), so the Java code's hash-map order needs no reproducing.
+    """
+    states = []
+    for topic in group.topics:
+        count = group.partitions_per_topic.get(topic)
+        if not count:
+            continue
+        consumers = [m for m in group.members if topic in group.subscriptions[m]]
+        states.append(
+            _TopicState(topic, count, consumers, consumer_racks, partition_racks.get(topic))
+        )
+    assignment = group.empty_assignment()
+    if any(t.needs_rack_aware for t in states):
+        by_set: dict[tuple[tuple[tuple[str, str | None], ...], int], list[_TopicState]] = {}
+        for t in states:
+            by_set.setdefault((tuple(t.consumers), len(t.partition_racks)), []).append(t)
+        for (members, count), same in by_set.items():
+            if len(same) > 1:
+                _assign_co_partitioned([c for c, _ in members], count, same, assignment)
+            elif same[0].needs_rack_aware:
+                _assign_ranges(same[0], same[0].racks_match, assignment)
+    for t in states:
+        _assign_ranges(t, lambda _c, _p: True, assignment)
+    for partitions in assignment.values():
+        partitions.sort(key=lambda tp: (_java_key(tp.topic), tp.partition))
+    return assignment
+
+
 _ASSIGNORS: Final[Mapping[str, GroupAssignor]] = {
     RangeAssignor.name: RangeAssignor(),
     RoundRobinAssignor.name: RoundRobinAssignor(),
@@ -197,6 +357,9 @@ def assign(
     subscriptions: Mapping[str, Collection[str]],
     partitions_per_topic: Mapping[str, int],
     group_instance_ids: Mapping[str, str | None] | None = None,
+    *,
+    member_racks: Mapping[str, str | None] | None = None,
+    partition_racks: PartitionRacks | None = None,
 ) -> GroupAssignment:
     """Compute the group leader's assignment with the strategy the coordinator chose.
 
@@ -213,6 +376,10 @@ def assign(
         group_instance_ids: member id -> its ``group.instance.id``, or ``None`` (the
             default, as a missing entry) for a dynamic member; it orders members as
             ``MemberInfo.compareTo``.
+        member_racks: member id -> its ``client.rack`` (from its subscription, v3), ``None``
+            or ``""`` for none. Default: no racks (plain assignment).
+        partition_racks: topic -> per partition the racks of its replicas
+            (:data:`PartitionRacks`), for the range assignor's rack-aware form (KIP-881).
 
     Returns:
         Member id -> its partitions, sorted by topic then partition; every member of
@@ -231,4 +398,10 @@ def assign(
             "partition.assignment.strategy",
             f"unsupported assignor {strategy!r}; expected one of {', '.join(SUPPORTED_STRATEGIES)}",
         )
-    return assignor.assign(subscriptions, partitions_per_topic, group_instance_ids)
+    return assignor.assign(
+        subscriptions,
+        partitions_per_topic,
+        group_instance_ids,
+        member_racks=member_racks,
+        partition_racks=partition_racks,
+    )

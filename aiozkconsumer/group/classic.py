@@ -43,7 +43,9 @@ from ..kafka.group import (
     decode_subscription,
     encode_assignment,
     encode_subscription,
+    subscription_rack,
 )
+from ..kafka.replicas import replica_racks
 from .assignors import assign
 from .base import GroupMember
 from .state import MemberEvent, MemberState
@@ -179,9 +181,11 @@ class KafkaCoordinator(GroupMember):
         """The leader's part: every member's assignment (Java assignors' rules)."""
         subscriptions: dict[str, list[str]] = {}
         instance_ids: dict[str, str | None] = {}
+        racks: dict[str, str | None] = {}
         for member_id, instance_id, metadata in members:
             try:
                 subscriptions[member_id] = decode_subscription(metadata)
+                racks[member_id] = subscription_rack(metadata)
             except ValueError as e:
                 log.error("[%s] member %s sent %s: it gets nothing", self.consumer_id, member_id, e)
                 subscriptions[member_id] = []
@@ -189,7 +193,18 @@ class KafkaCoordinator(GroupMember):
         self._members = tuple(sorted(subscriptions))
         all_topics = sorted({t for topics in subscriptions.values() for t in topics})
         counts = await self._partition_counts(all_topics)
-        plan = assign(protocol, subscriptions, counts, instance_ids)
+        partition_racks = None
+        if any(racks.values()):  # KIP-881: the range assignor matches racks
+            kafka = await self.cluster.kafka()
+            partition_racks = {t: replica_racks(kafka, t) for t in all_topics}
+        plan = assign(
+            protocol,
+            subscriptions,
+            counts,
+            instance_ids,
+            member_racks=racks,
+            partition_racks=partition_racks,
+        )
         return [(m, encode_assignment(tps)) for m, tps in sorted(plan.items())], counts
 
     def _members_seen(self) -> tuple[str, ...]:

@@ -70,6 +70,7 @@ __all__ = [
     "StaticMemberOffsetsChannel",
     "decode_assignment",
     "decode_subscription",
+    "subscription_rack",
     "encode_assignment",
     "encode_subscription",
 ]
@@ -211,6 +212,55 @@ def decode_subscription(data: bytes) -> list[str]:
     except Exception as e:
         raise ValueError(f"not a consumer protocol subscription: {e!r}") from e
     return list(meta.subscription)
+
+
+def subscription_rack(data: bytes) -> str | None:
+    """The ``rack_id`` of a member's subscription (v3+, KIP-881: what a Java 3.5+ member with
+    ``client.rack`` sends), ``None`` for an earlier version, a null or an empty rack.
+
+    The layout of ``ConsumerProtocolSubscription``: version (int16), topics (array of
+    string), user data (nullable bytes); v1+ owned partitions (array of topic, array of
+    int32); v2+ generation id (int32); v3+ rack id (nullable string).
+
+    Raises:
+        ValueError: the bytes end before a field of their version.
+    """
+    view = memoryview(data)
+    at = 0
+
+    def take(n: int) -> memoryview:
+        nonlocal at
+        if at + n > len(view):
+            raise ValueError("a consumer subscription ends early")
+        chunk = view[at : at + n]
+        at += n
+        return chunk
+
+    def int16() -> int:
+        value: int = struct.unpack(">h", take(2))[0]
+        return value
+
+    def int32() -> int:
+        value: int = struct.unpack(">i", take(4))[0]
+        return value
+
+    def string() -> str | None:
+        n = int16()
+        return None if n < 0 else bytes(take(n)).decode("utf-8")
+
+    version = int16()
+    if version < 3:
+        return None
+    for _ in range(max(0, int32())):  # topics
+        string()
+    n = int32()  # user data
+    if n > 0:
+        take(n)
+    for _ in range(max(0, int32())):  # owned partitions
+        string()
+        take(4 * max(0, int32()))
+    int32()  # generation id
+    return string() or None
 
 
 def encode_assignment(tps: Iterable[TopicPartition]) -> bytes:

@@ -1,9 +1,10 @@
-"""Where a partition's replicas are, from the client's Kafka metadata (for KIP-392).
+"""Where a partition's replicas are, from the client's Kafka metadata (KIP-392, KIP-881).
 
 The fetcher follows a preferred read replica only while the metadata shows it online: a broker
 the last metadata response listed, and one of the partition's replicas (the Java client's
 ``Cluster.nodeIfOnline``). aiokafka's ``ClusterMetadata`` keeps each partition's replicas but
-offers no public way to read them; this module is the one place that reads them.
+offers no public way to read them; this module is the one place that reads them. The racks
+of each partition's replicas are the rack-aware range assignor's input (KIP-881).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from ..records import TopicPartition
 
-__all__ = ["metadata_version", "preferred_read_replicas", "replica_online"]
+__all__ = ["metadata_version", "preferred_read_replicas", "replica_online", "replica_racks"]
 
 
 def replica_online(kafka: Any, tp: TopicPartition, node_id: int) -> bool:
@@ -35,6 +36,31 @@ def replica_online(kafka: Any, tp: TopicPartition, node_id: int) -> bool:
     if meta is None or node_id not in brokers:
         return False
     return node_id in (meta.replicas or ())
+
+
+def replica_racks(kafka: Any, topic: str) -> list[frozenset[str]]:
+    """The racks of each partition's replicas (all replicas, online or not, as the Java
+    client's ``PartitionInfo.replicas()``), per the last metadata.
+
+    Args:
+        kafka: a :class:`~aiozkconsumer.cluster.KafkaClient`.
+        topic: the topic.
+
+    Returns:
+        Index = partition id, up to the highest partition the metadata knows; a broker the
+        metadata does not list, or one without ``broker.rack``, adds no rack. Empty for an
+        unknown topic. Never raises.
+    """
+    cluster = kafka.raw.cluster
+    brokers = getattr(cluster, "_brokers", None) or {}
+    partitions = (getattr(cluster, "_partitions", None) or {}).get(topic) or {}
+    if not partitions:
+        return []
+    out: list[frozenset[str]] = [frozenset()] * (max(partitions) + 1)
+    for partition, meta in partitions.items():
+        racks = {getattr(brokers.get(r), "rack", None) for r in (meta.replicas or ())}
+        out[partition] = frozenset(r for r in racks if r)
+    return out
 
 
 def metadata_version(kafka: Any) -> Any:
