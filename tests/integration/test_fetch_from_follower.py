@@ -277,3 +277,77 @@ def test_racks_must_be_one_per_broker() -> None:
         LocalCluster(brokers=3, broker_racks=["a", "b"])
     with pytest.raises(ValueError, match="broker_racks"):
         LocalCluster(brokers=2, broker_racks=["a", " "])
+
+
+async def test_a_rack_aware_range_assignment_gives_each_member_its_racks_partitions(
+    cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    """KIP-881: three members of ours, one per rack (``client.rack``), over a topic whose six
+    partitions have one replica each (two per broker, so two per rack): the range assignor of
+    the leader, whichever member it is, gives every member exactly the partitions on its rack;
+    plain ranges would give member 0 partitions 0 and 1 wherever they are."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from aiozkconsumer import create_connector
+
+    topic = unique_topic
+    brokers = list(cluster.broker_ids)
+    # Partition p on broker p mod 3: two per rack, and plain ranges (0-1, 2-3, 4-5) would
+    # put every member across two racks.
+    admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    await admin.start()
+    try:
+        placement = {p: [brokers[p % len(brokers)]] for p in range(6)}
+        await admin.create_topics(
+            [
+                NewTopic(
+                    topic, num_partitions=-1, replication_factor=-1, replica_assignments=placement
+                )
+            ]
+        )
+    finally:
+        await admin.close()
+    kafka = KafkaClient(cluster.bootstrap_servers, client_id="rack-range-setup")
+    await kafka.start()
+    try:
+        with anyio.fail_after(30):
+            while True:
+                await kafka.refresh_metadata([topic])
+                leaders = {p: kafka.leader_for(TopicPartition(topic, p)) for p in range(6)}
+                if all(leader is not None for leader in leaders.values()):
+                    break
+                await anyio.sleep(0.2)  # metadata has no change event
+    finally:
+        await kafka.close()
+    rack_of_broker = dict(zip(brokers, RACKS, strict=True))
+    on_rack = {
+        rack: {p for p, b in leaders.items() if rack_of_broker[int(b or 0)] == rack}
+        for rack in RACKS
+    }
+    assert all(len(ps) == 2 for ps in on_rack.values()), on_rack
+
+    def config(rack: str) -> ConsumerConfig:
+        return ConsumerConfig(
+            group_id=unique_group_id,
+            group_coordinator="kafka",
+            bootstrap_servers=cluster.bootstrap_servers,
+            client_rack=rack,
+            auto_offset_reset="earliest",
+            session_timeout_ms=10000,
+            heartbeat_interval_ms=500,
+        )
+
+    connectors = [create_connector(config(rack)) for rack in RACKS]
+    async with connectors[0], connectors[1], connectors[2]:
+        for c in connectors:
+            await c.create_message_streams({topic: 1})
+        with anyio.fail_after(60):
+            while True:
+                owned = [
+                    {tp.partition for tp in c.statistics().owned_partitions} for c in connectors
+                ]
+                if sum(len(o) for o in owned) == 6 and all(owned):
+                    break
+                # Three members' snapshots: no one event announces the group settled.
+                await anyio.sleep(0.1)
+    assert owned == [on_rack[rack] for rack in RACKS]
