@@ -183,9 +183,12 @@ class ConsumerConfig:
         heartbeat_interval_ms: ``heartbeat.interval.ms``, ms, default 3000, > 0 and below
             ``session.timeout.ms``; ``kafka`` only: the pace of the heartbeat coroutine.
         max_poll_interval_ms: ``max.poll.interval.ms``, ms, default 300000, > 0; ``kafka``
-            only: sent as JoinGroup's rebalance timeout (how long the coordinator waits for
-            every member to rejoin); with ``group.protocol=consumer``, the time the broker
-            gives this member to revoke partitions it takes away.
+            only: poll liveness: a member whose stream's reader holds a record or batch this
+            long without asking for the next leaves the group (after committing) and rejoins
+            when it reads again, as the Java client; also sent as JoinGroup's rebalance
+            timeout (how long the coordinator waits for every member to rejoin); with
+            ``group.protocol=consumer``, the time the broker gives this member to revoke
+            partitions it takes away.
         group_protocol: ``group.protocol``, new, default ``"classic"``; ``kafka`` only:
             ``"classic"`` (JoinGroup/SyncGroup, the leader assigns) or ``"consumer"`` (the
             KIP-848 protocol of Kafka 4.x: ConsumerGroupHeartbeat, the broker assigns and

@@ -5,7 +5,9 @@ chunks between the fetcher threads and a stream's ``ConsumerIterator``. Here an
 ``asyncio.Queue`` that also says how much room is left for a fetch to fill, counting the
 chunks fetches in flight will bring (``reserved``) and those already waiting for room
 (``waiting``), and notifies listeners when a reader frees room, without any private asyncio
-attribute.
+attribute. A queue also knows the reader that takes from it (:class:`PollingReader`), so a
+Kafka-coordinated member can tell how long that reader has held what it was handed
+(``max.poll.interval.ms``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Final, Protocol
 
 from .records import FetchedDataChunk
 
-__all__ = ["SHUTDOWN_COMMAND", "ChunkQueue", "RoomListener", "notify_on_room"]
+__all__ = ["SHUTDOWN_COMMAND", "ChunkQueue", "PollingReader", "RoomListener", "notify_on_room"]
 
 
 class _ShutdownCommand:
@@ -38,6 +40,25 @@ class RoomListener(Protocol):
     def set(self) -> None: ...
 
 
+class PollingReader(Protocol):
+    """The reader of a queue, as poll liveness (``max.poll.interval.ms``) sees it: a stream.
+
+    Attributes:
+        name: the stream's label (``"payments-0"``), for log lines.
+    """
+
+    name: str
+
+    def held_since(self) -> float | None:
+        """Monotonic seconds of the reader's last ask for records, while it is not waiting
+        for records; ``None`` while it waits (it is polling) or before its first ask."""
+        ...
+
+    def wake_on_poll(self, listener: RoomListener | None) -> None:
+        """``listener.set()`` whenever the reader starts waiting for records (``None``: stop)."""
+        ...
+
+
 class ChunkQueue(asyncio.Queue[FetchedDataChunk | _ShutdownCommand]):
     """A bounded queue of fetched chunks (``queued.max.message.chunks``) with room accounting.
 
@@ -47,6 +68,7 @@ class ChunkQueue(asyncio.Queue[FetchedDataChunk | _ShutdownCommand]):
     Attributes:
         reserved: slots held by fetches in flight (their chunks will come).
         waiting: chunks waiting in ``put`` for room.
+        reader: the stream that reads this queue (set by the stream), ``None`` before.
     """
 
     def __init__(self, maxsize: int = 0) -> None:
@@ -54,6 +76,7 @@ class ChunkQueue(asyncio.Queue[FetchedDataChunk | _ShutdownCommand]):
         self.reserved = 0
         self.waiting = 0
         self._room_listeners: set[RoomListener] = set()
+        self.reader: PollingReader | None = None
 
     def free_slots(self) -> int:
         """Chunks a fetch may still bring: the capacity plus one waiting for room, less the

@@ -99,6 +99,11 @@ class ConsumerIterator:
     of the partitions it owns are held back: the iterator waits (within
     ``consumer.timeout.ms``) until the session is back, or drops them if the partitions were
     released meanwhile. The original kept handing them out (§10.5 of the reference).
+
+    Poll liveness (``max.poll.interval.ms``, Kafka-coordinated members): each ask for records
+    stores a monotonic timestamp (:meth:`held_since`), the only per-record cost; a member whose
+    reader holds what it was handed past the interval leaves its group
+    (``GroupMember.poll_liveness_loop``). A reader waiting inside ``__anext__`` is polling.
     """
 
     __slots__ = (
@@ -111,12 +116,15 @@ class ConsumerIterator:
         "_native",
         "_overlap",
         "_pending",
+        "_poll_listener",
+        "_polled_at",
         "_pti",
         "_queue",
         "_recs",
         "_timeout_s",
         "_timestamp_type",
         "_value_decoder",
+        "_waiting",
     )
 
     def __init__(
@@ -143,19 +151,48 @@ class ConsumerIterator:
         self._deferred: BaseException | None = None
         self._key_decoder = key_decoder
         self._value_decoder = value_decoder
+        # Poll liveness (max.poll.interval.ms): when the reader last asked for records (0.0:
+        # never), whether it waits for records now, and who is told when it starts waiting.
+        self._polled_at = 0.0
+        self._waiting = False
+        self._poll_listener: Any = None
 
     def __aiter__(self) -> ConsumerIterator:
         return self
 
+    def held_since(self) -> float | None:
+        """Monotonic seconds of the reader's last ask for records (``__anext__``,
+        ``next_batch``, ``next_columns``) or of its last wait's end, while it is not waiting
+        for records: what it was handed it holds since then. ``None`` while it waits for
+        records (it is polling, as a Java consumer inside ``poll()``) and before its first
+        ask."""
+        if self._waiting or not self._polled_at:
+            return None
+        return self._polled_at
+
+    def wake_on_poll(self, listener: Any) -> None:
+        """``listener.set()`` each time the reader starts waiting for records (``None``:
+        nobody is told)."""
+        self._poll_listener = listener
+
     async def _wait(self, awaitable: Any) -> Any:
-        if self._timeout_s is None:
-            return await awaitable
+        # The one place the reader waits for records: it is polling meanwhile.
+        self._waiting = True
+        listener = self._poll_listener
+        if listener is not None:
+            listener.set()
         try:
-            return await asyncio.wait_for(awaitable, self._timeout_s)
-        except TimeoutError:
-            raise ConsumerTimeoutError(
-                f"no record within consumer.timeout.ms={int(self._timeout_s * 1000)}"
-            ) from None
+            if self._timeout_s is None:
+                return await awaitable
+            try:
+                return await asyncio.wait_for(awaitable, self._timeout_s)
+            except TimeoutError:
+                raise ConsumerTimeoutError(
+                    f"no record within consumer.timeout.ms={int(self._timeout_s * 1000)}"
+                ) from None
+        finally:
+            self._waiting = False
+            self._polled_at = _monotonic()
 
     def _take_chunk(self, chunk: FetchedDataChunk | _ShutdownCommand) -> None:
         """Make ``chunk`` current (or note the end of the stream)."""
@@ -480,6 +517,7 @@ class ConsumerIterator:
         return None
 
     async def __anext__(self) -> MessageAndMetadata:
+        self._polled_at = _monotonic()  # the reader asks: poll liveness's clock starts anew
         if self._deferred is not None:
             error, self._deferred = self._deferred, None
             raise error
@@ -532,6 +570,7 @@ class ConsumerIterator:
                 UnsupportedCodecError: as ``next_batch`` (the records already added go out
                 first; the error comes next call).
         """
+        self._polled_at = _monotonic()
         if self._deferred is not None:
             error, self._deferred = self._deferred, None
             raise error
@@ -623,6 +662,7 @@ class InterceptingIterator:
     async def __anext__(self) -> MessageAndMetadata:
         buffer = self._buffer
         if buffer:
+            self._iterator._polled_at = _monotonic()
             return buffer.popleft()
         on_consume = self._interceptors.on_consume
         started = _monotonic()
@@ -653,6 +693,7 @@ class InterceptingIterator:
                 if records:
                     return records
                 self._check_timeout(started)
+        self._iterator._polled_at = _monotonic()
         return [buffer.popleft() for _ in range(min(max_records, len(buffer)))]
 
 
@@ -692,6 +733,16 @@ class KafkaStream:
         self._reader: ConsumerIterator | InterceptingIterator = (
             InterceptingIterator(self._iterator, interceptors) if interceptors else self._iterator
         )
+        queue.reader = self
+
+    def held_since(self) -> float | None:
+        """Since when the reader holds what it was handed (monotonic seconds), ``None`` while
+        it waits for records or before it first asked (``ConsumerIterator.held_since``)."""
+        return self._iterator.held_since()
+
+    def wake_on_poll(self, listener: Any) -> None:
+        """``listener.set()`` each time the reader starts waiting for records."""
+        self._iterator.wake_on_poll(listener)
 
     def __aiter__(self) -> AsyncIterator[MessageAndMetadata]:
         return self._reader

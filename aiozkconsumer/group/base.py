@@ -3,9 +3,12 @@
 :class:`GroupMember` holds the parts the connector gives (:class:`~aiozkconsumer.handover.
 MemberParts`), the member state machine (:mod:`.state`), the subscription helpers, the
 retry loop of a rebalance, the assignment's acquisition through the hand-over, the
-rebalance history, and the heartbeat task's skeleton. The classic member
+rebalance history, the heartbeat task's skeleton, and poll liveness (``max.poll.interval.ms``:
+a member whose reader holds what it was handed too long leaves, and rejoins when the reader
+asks again). The classic member
 (:mod:`.classic`) and the KIP-848 member (:mod:`.consumer_protocol`) fill in the protocol:
-one attempt, what a failed attempt means, one heartbeat and what its failure means.
+one attempt, what a failed attempt means, one heartbeat and what its failure means, and how
+to leave on a poll timeout.
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from ..errors import (
 from ..handover import MemberParts, StreamView
 from ..kafka.group import FENCED_INSTANCE_ID, GroupRequestError
 from ..plan import plan_moves
+from ..queues import PollingReader
 from ..records import HISTORY_LIMIT, PartitionTopicInfo, RebalanceRecord, TopicPartition
 from ..subscription import ConsumerThreadId, WildcardTopicCount
-from .state import MemberEvent, MemberState, MemberStateMachine
+from .state import MemberEvent, MemberState, MemberStateMachine, PollCheck, check_poll_interval
 
 __all__ = ["GroupMember"]
 
@@ -57,6 +61,8 @@ class GroupMember:
         last_heartbeat_sent, last_heartbeat_received: monotonic seconds, ``None`` before any.
         fatal_error: the error that ended this membership for good (a fenced or unreleased
             ``group.instance.id``), ``None`` while there is none.
+        poll_timeouts: how often a reader held what it was handed past
+            ``max.poll.interval.ms`` and the member left the group for it, all time.
     """
 
     _round_name: ClassVar[str] = "rebalance"
@@ -85,7 +91,14 @@ class GroupMember:
         self.last_heartbeat_sent: float | None = None
         self.last_heartbeat_received: float | None = None
         self.fatal_error: GroupCoordinatorError | None = None
+        self.poll_timeouts = 0
         self._heartbeat_reset = anyio.Event()
+        # Serializes a rebalance with a poll timeout's leave (the rebalance worker holds the
+        # connector's lock, the poll liveness task only this one).
+        self._membership_lock = anyio.Lock()
+        # STALE and a reader still holds past the interval: no rejoin until it asks again.
+        self._stale = False
+        self._rejoin_started = anyio.Event()
 
     @property
     def listener(self) -> Any:
@@ -112,7 +125,7 @@ class GroupMember:
 
     def background_tasks(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
         """The tasks that keep the membership, started once the member joined."""
-        return [self.heartbeat_loop]
+        return [self.heartbeat_loop, self.poll_liveness_loop]
 
     # -- the subscription ----------------------------------------------------------------
 
@@ -184,9 +197,23 @@ class GroupMember:
                 deadline; names the group and the coordinator.
             UnknownTopicError: a topic of a static subscription does not exist.
             ConsumerError: the rebalance listener raised.
+
+        A member that left on a poll timeout (``STALE``) does not rejoin while a reader still
+        holds what it was handed past ``max.poll.interval.ms``: the call returns at once.
         """
-        with self.metrics.rebalance_rate_and_time().time():
-            await self._rebalance(reason)
+        async with self._membership_lock:
+            if self.machine.state is MemberState.STALE:
+                if self._stale:
+                    log.info(
+                        "[%s] not rejoining (%s): a stream still holds records past "
+                        "max.poll.interval.ms",
+                        self.consumer_id,
+                        reason,
+                    )
+                    return
+                self._rejoin_started.set()
+            with self.metrics.rebalance_rate_and_time().time():
+                await self._rebalance(reason)
 
     async def _rebalance(self, reason: str) -> None:
         started, t0 = time.time(), time.monotonic()
@@ -381,6 +408,132 @@ class GroupMember:
 
     def _membership_over(self) -> None:
         """Forget the generation or epoch (the membership ended for good)."""
+
+    # -- poll liveness (max.poll.interval.ms) -------------------------------------------
+
+    def _readers(self) -> list[PollingReader]:
+        return [q.reader for q in self.ownership.queues() if q.reader is not None]
+
+    def _check_poll(self) -> PollCheck:
+        return check_poll_interval(
+            {r.name: r.held_since() for r in self._readers()},
+            time.monotonic(),
+            self.config.max_poll_interval_ms / 1000,
+        )
+
+    async def poll_liveness_loop(self) -> None:
+        """Poll liveness: leave the group when a reader holds what it was handed for
+        ``max.poll.interval.ms``, rejoin when it asks for records again.
+
+        As the Java client (``AbstractCoordinator.HeartbeatThread`` with
+        ``handlePollTimeoutExpiry``; ``AbstractHeartbeatRequestManager.poll`` with
+        ``AbstractMembershipManager.transitionToSendingLeaveGroup(true)`` and
+        ``maybeRejoinStaleMember``), where the heartbeat keeps a member alive only while the
+        application calls ``poll()``. A reader holds a record or batch from its ask for it
+        until its next ask (``async for``'s next step, the next ``batches()`` batch,
+        ``next_batch``); a reader waiting for records is polling. On expiry (see
+        :meth:`_leave_for_poll_timeout`) the member commits, gives everything up and leaves
+        (``STALE``); it rejoins when no reader holds past the interval any more. Wakes at the
+        earliest moment a reader can expire, and, while stale, when a reader starts waiting.
+        Never raises (the connector's task group cancels it at shutdown).
+        """
+        while True:
+            check = self._check_poll()
+            if self.machine.state is MemberState.STALE:
+                if check.expired:
+                    await self._wait_for_poll(self.config.max_poll_interval_ms / 1000)
+                    continue
+                if self._stale:
+                    # maybeRejoinStaleMember: the reader asked again.
+                    self._stale = False
+                    self._rejoin_started = anyio.Event()
+                    log.info(
+                        "[%s] the reader asks for records again after the poll timeout: "
+                        "rejoining group %s",
+                        self.consumer_id,
+                        self.config.group_id,
+                    )
+                    self.request_rebalance("the reader asked for records after a poll timeout")
+                await self._rejoin_started.wait()
+                continue
+            if check.expired and self._may_expire():
+                await self._leave_for_poll_timeout()
+                continue
+            await anyio.sleep(check.next_check_s or self.config.max_poll_interval_ms / 1000)
+
+    async def _wait_for_poll(self, limit_s: float) -> None:
+        """Until a reader starts waiting for records, or ``limit_s`` seconds."""
+        readers = self._readers()
+        woken = anyio.Event()
+        for reader in readers:
+            reader.wake_on_poll(woken)
+        try:
+            with anyio.move_on_after(limit_s):
+                await woken.wait()
+        finally:
+            for reader in readers:
+                reader.wake_on_poll(None)
+
+    def _may_expire(self) -> bool:
+        """Whether a poll timeout may end this membership now (not closing, not fenced for
+        good, not already leaving); a rebalance under way is waited for (the lock)."""
+        return (
+            not self.is_closing()
+            and self.fatal_error is None
+            and self.machine.state not in (MemberState.LEAVING, MemberState.LEFT)
+        )
+
+    async def _leave_for_poll_timeout(self) -> None:
+        """A reader held past ``max.poll.interval.ms``: commit, give up, leave (``STALE``).
+
+        In order: one WARNING naming the stream(s) and the interval (the Java client's
+        "consumer poll timeout has expired" message); the owned partitions are given up
+        through the hand-over, their consumed offsets committed first while the membership
+        still stands (auto-commit on; the Java client commits nothing here: its
+        ``onJoinPrepare`` later finds no generation), the listener's
+        ``before_releasing_partitions`` called; then the protocol's leave
+        (:meth:`_leave_stale`). Nothing more of those partitions is handed out. Re-checks
+        everything under the membership lock (a rebalance may have run meanwhile). Never
+        raises: a commit or listener failure is logged and the member leaves all the same.
+        """
+        async with self._membership_lock:
+            state = self.machine.state
+            if state not in (MemberState.STABLE, MemberState.UNJOINED, MemberState.FENCED):
+                return
+            if not self._may_expire():
+                return
+            check = self._check_poll()
+            if not check.expired:
+                return
+            interval_ms = self.config.max_poll_interval_ms
+            log.warning(
+                "[%s] consumer poll timeout has expired: stream %s held what it was handed "
+                "for %.1f s without asking for more, longer than max.poll.interval.ms=%d; "
+                "committing its consumed offsets and leaving group %s (it rejoins when the "
+                "stream is read again)",
+                self.consumer_id,
+                ", ".join(check.expired),
+                check.longest_s,
+                interval_ms,
+                self.config.group_id,
+            )
+            self.poll_timeouts += 1
+            self.machine.handle(MemberEvent.POLL_EXPIRED)
+            self._stale = True
+            owned = self.ownership.owned()
+            if owned:
+                try:
+                    await self.handover.release(owned, commit=state is not MemberState.FENCED)
+                except ConsumerError as e:
+                    log.warning(
+                        "[%s] giving up partitions on the poll timeout: %s", self.consumer_id, e
+                    )
+            await self._leave_stale()
+            self.parts.on_attempt_failed()  # wake those who wait for the connector's state
+
+    async def _leave_stale(self) -> None:
+        """The protocol's leave on a poll timeout (never raises)."""
+        raise NotImplementedError
 
     # -- heartbeats ----------------------------------------------------------------------
 

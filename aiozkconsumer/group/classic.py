@@ -20,7 +20,10 @@ LeaveGroup on shutdown. As in ``AbstractCoordinator``/``ConsumerCoordinator``
   leaves only dynamic members), so one restarted with the same id within
   ``session.timeout.ms`` takes its place and its assignment without a rebalance. A member
   whose instance id another member took is answered ``FENCED_INSTANCE_ID``, which is fatal
-  (:meth:`~aiozkconsumer.group.base.GroupMember._fail_for_instance`).
+  (:meth:`~aiozkconsumer.group.base.GroupMember._fail_for_instance`);
+- poll liveness (``max.poll.interval.ms``): a member whose reader holds past the interval
+  sends LeaveGroup (none for a static member) and forgets its generation
+  (``AbstractCoordinator.handlePollTimeoutExpiry`` / ``maybeLeaveGroup``), after committing.
 """
 
 from __future__ import annotations
@@ -216,9 +219,9 @@ class KafkaCoordinator(GroupMember):
     # -- background tasks ----------------------------------------------------------------
 
     def background_tasks(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
-        """The heartbeat and the metadata snapshot (the KIP-848 member's broker follows the
-        metadata itself)."""
-        return [self.heartbeat_loop, self.metadata_loop]
+        """The heartbeat, poll liveness and the metadata snapshot (the KIP-848 member's broker
+        follows the metadata itself)."""
+        return [self.heartbeat_loop, self.poll_liveness_loop, self.metadata_loop]
 
     def _may_heartbeat(self) -> bool:
         # A member that gave a rejoin up still holds its generation: its heartbeats tell it
@@ -278,6 +281,19 @@ class KafkaCoordinator(GroupMember):
                 )
                 self._metadata_snapshot = counts
                 self.request_rebalance("subscription metadata changed")
+
+    async def _leave_stale(self) -> None:
+        """On a poll timeout, as the Java client's ``AbstractCoordinator.maybeLeaveGroup``
+        ("consumer poll timeout has expired."): a dynamic member sends LeaveGroup, so the
+        group rebalances at once; a static member (``group.instance.id``) sends none (2.3+:
+        only the session timeout ends a static membership), so its partitions move only after
+        ``session.timeout.ms``. Either forgets its generation and member id
+        (``resetGenerationOnLeaveGroup``) and joins anew when the reader asks again (a static
+        member then takes its instance id's place back). Never raises."""
+        if self.member_id and self.generation >= 0 and not self.static:
+            await self.group.leave(self.member_id)
+        self.generation = -1
+        self.member_id = ""
 
     async def leave(self) -> None:
         """LeaveGroup, so the group rebalances at once (never raises).

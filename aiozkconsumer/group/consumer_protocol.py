@@ -25,7 +25,12 @@ The second Kafka-coordinated member beside the classic :mod:`.classic`, on the s
   within the session timeout takes it over without a rebalance. A second member with an
   instance id still in use is refused (``UNRELEASED_INSTANCE_ID``), a member whose instance
   id was taken over is fenced (``FENCED_INSTANCE_ID``): both fatal, as in the Java client's
-  ``ConsumerHeartbeatRequestManager``.
+  ``ConsumerHeartbeatRequestManager``;
+- poll liveness (``max.poll.interval.ms``): a member whose reader holds past the interval
+  leaves with epoch -1 (-2 when static), after committing, and rejoins at epoch 0 with the
+  same member id when the reader asks again
+  (``AbstractMembershipManager.transitionToSendingLeaveGroup(true)``, ``STALE``,
+  ``maybeRejoinStaleMember``).
 
 Commits carry the member epoch (OffsetCommit v9, ``MemberEpochOffsetsChannel``).
 """
@@ -295,18 +300,36 @@ class ConsumerProtocolCoordinator(GroupMember):
         if not self._leaving():
             return
         if member:
-            epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH if self.static else LEAVE_GROUP_MEMBER_EPOCH
-            try:
-                async with self._heartbeat_lock:
-                    await self.group.consumer_heartbeat(
-                        ConsumerGroupHeartbeatRequest(
-                            self.config.group_id,
-                            self.member_id,
-                            epoch,
-                            instance_id=self.config.group_instance_id,
-                        )
-                    )
-            except (GroupRequestError, ConsumerError) as e:
-                log.info("[%s] leaving the group failed: %s", self.consumer_id, e)
+            await self._send_leave()
         self.member_epoch = -1
         self.machine.handle(MemberEvent.LEFT)
+
+    async def _send_leave(self) -> None:
+        """The leave heartbeat: epoch -1, or -2 for a static member
+        (``ConsumerMembershipManager.leaveGroupEpoch``). Never raises."""
+        epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH if self.static else LEAVE_GROUP_MEMBER_EPOCH
+        try:
+            async with self._heartbeat_lock:
+                await self.group.consumer_heartbeat(
+                    ConsumerGroupHeartbeatRequest(
+                        self.config.group_id,
+                        self.member_id,
+                        epoch,
+                        instance_id=self.config.group_instance_id,
+                    )
+                )
+        except (GroupRequestError, ConsumerError) as e:
+            log.info("[%s] leaving the group failed: %s", self.consumer_id, e)
+
+    async def _leave_stale(self) -> None:
+        """On a poll timeout, as the Java client's
+        ``AbstractHeartbeatRequestManager.poll`` → ``transitionToSendingLeaveGroup(true)``:
+        the leave heartbeat (epoch -1; -2 for a static member, whose assignment the
+        coordinator then keeps for the session timeout), the epoch and assignment forgotten;
+        the member id is kept for the rejoin at epoch 0 (``maybeRejoinStaleMember``). Never
+        raises."""
+        if self.member_epoch > 0:
+            await self._send_leave()
+        self.member_epoch = -1
+        self._assignment = None
+        self._assignment_new = False

@@ -16,6 +16,7 @@ generation or epoch, the assignment) and ask the machine what the member may do 
                              +---join----- STABLE <---------------------- (STABLE)
     STABLE --assignment_given | reconcile--> RECONCILING (KIP-848: no rejoin)
     JOINING / JOINED / RECONCILING / STABLE --fenced--> FENCED --join--> JOINING
+    UNJOINED / STABLE / FENCED --poll_expired--> STALE --join--> JOINING
     any but LEFT --leave--> LEAVING --left--> LEFT
 
 The classic protocol's ``JoinGroup`` answer is ``joined`` and its ``SyncGroup`` answer
@@ -24,15 +25,26 @@ answer with an assignment ``assignment_given``; a KIP-848 member that is in the 
 rebalances (a new assignment, a changed subscription) starts with ``reconcile``. ``synced``
 is the assignment taken (owned, fetching). A rebalance that gives up is ``gave_up``: a
 member that never joined is UNJOINED again; one that joined keeps heartbeating (STABLE), so
-the coordinator tells it what next.
+the coordinator tells it what next. A member whose reader held what it was handed past
+``max.poll.interval.ms`` is ``poll_expired``: it gave its partitions up and left (STALE) and
+joins again when the reader asks for records again (:func:`check_poll_interval` decides).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-__all__ = ["IllegalTransition", "MemberEvent", "MemberState", "MemberStateMachine", "TRANSITIONS"]
+__all__ = [
+    "TRANSITIONS",
+    "IllegalTransition",
+    "MemberEvent",
+    "MemberState",
+    "MemberStateMachine",
+    "PollCheck",
+    "check_poll_interval",
+]
 
 
 class MemberState(enum.Enum):
@@ -51,6 +63,10 @@ class MemberState(enum.Enum):
     FENCED = "fenced"
     """The coordinator no longer knows this membership: nothing may be handed out or
     committed until it rejoins."""
+    STALE = "stale"
+    """Left the group because a reader held what it was handed past ``max.poll.interval.ms``
+    (the Java client's ``MemberState.STALE``): owns nothing, hands nothing out, commits
+    nothing, and joins again once the reader asks for records again."""
     LEAVING = "leaving"
     """LeaveGroup (or the heartbeat at epoch -1) is under way."""
     LEFT = "left"
@@ -68,6 +84,7 @@ class MemberEvent(enum.Enum):
     HEARTBEAT_ANSWERED = "heartbeat_answered"
     FENCED = "fenced"
     GAVE_UP = "gave_up"
+    POLL_EXPIRED = "poll_expired"
     LEAVE = "leave"
     LEFT = "left"
 
@@ -81,6 +98,7 @@ TRANSITIONS: Mapping[MemberState, Mapping[MemberEvent, MemberState]] = {
         # A classic member that gave a rejoin up still heartbeats with its generation.
         E.HEARTBEAT_ANSWERED: S.UNJOINED,
         E.FENCED: S.FENCED,
+        E.POLL_EXPIRED: S.STALE,
         E.LEAVE: S.LEAVING,
     },
     S.JOINING: {
@@ -116,6 +134,7 @@ TRANSITIONS: Mapping[MemberState, Mapping[MemberEvent, MemberState]] = {
         E.RECONCILE: S.RECONCILING,
         E.HEARTBEAT_ANSWERED: S.STABLE,
         E.FENCED: S.FENCED,
+        E.POLL_EXPIRED: S.STALE,
         E.LEAVE: S.LEAVING,
     },
     S.FENCED: {
@@ -123,6 +142,14 @@ TRANSITIONS: Mapping[MemberState, Mapping[MemberEvent, MemberState]] = {
         E.FENCED: S.FENCED,
         E.GAVE_UP: S.FENCED,
         E.HEARTBEAT_ANSWERED: S.FENCED,  # sent before the fence was known: ignored
+        E.POLL_EXPIRED: S.STALE,
+        E.LEAVE: S.LEAVING,
+    },
+    S.STALE: {
+        E.JOIN: S.JOINING,  # the reader asked for records again
+        # A heartbeat sent before the member left may still be answered (or fenced).
+        E.HEARTBEAT_ANSWERED: S.STALE,
+        E.FENCED: S.STALE,
         E.LEAVE: S.LEAVING,
     },
     # A heartbeat sent before the member began to leave may still be answered (or fenced).
@@ -197,3 +224,56 @@ class MemberStateMachine:
 
     def __repr__(self) -> str:
         return f"<MemberStateMachine {self.state.value}>"
+
+
+@dataclass(frozen=True)
+class PollCheck:
+    """What :func:`check_poll_interval` found.
+
+    Attributes:
+        expired: the readers (stream names, sorted) that hold what they were handed for
+            ``max.poll.interval.ms`` or longer.
+        longest_s: the longest hold now, seconds (0.0 when no reader holds anything).
+        next_check_s: seconds until the earliest moment another reader can expire (the
+            interval when none holds anything; 0.0 when one has expired).
+    """
+
+    expired: tuple[str, ...]
+    longest_s: float
+    next_check_s: float
+
+
+def check_poll_interval(
+    holds: Mapping[str, float | None], now: float, interval_s: float
+) -> PollCheck:
+    """Which readers exceeded ``max.poll.interval.ms`` (poll liveness), and when to look again.
+
+    A reader holds what it was handed from its last ask for records until its next one; one
+    waiting for records is polling (as a Java consumer blocked inside ``poll()``) and holds
+    nothing. The rule is the Java client's poll timer (``Heartbeat.pollTimeoutExpired``,
+    ``AbstractHeartbeatRequestManager.poll``: expired once the time since the last ``poll()``
+    reaches ``max.poll.interval.ms``), per stream: each stream's reader is a poll loop.
+
+    Args:
+        holds: ``{stream name: monotonic seconds since which it holds, or None}``.
+        now: monotonic seconds.
+        interval_s: ``max.poll.interval.ms`` in seconds, > 0.
+
+    Returns:
+        A :class:`PollCheck`.
+    """
+    expired: list[str] = []
+    longest = 0.0
+    next_check = interval_s
+    for name, since in holds.items():
+        if since is None:
+            continue
+        held = now - since
+        longest = max(longest, held)
+        if held >= interval_s:
+            expired.append(name)
+        else:
+            next_check = min(next_check, interval_s - held)
+    if expired:
+        next_check = 0.0
+    return PollCheck(tuple(sorted(expired)), longest, max(next_check, 0.0))
