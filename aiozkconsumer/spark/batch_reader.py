@@ -239,7 +239,7 @@ class ZkKafkaBatchReader(DataSourceReader):
             ConsumerError: ZooKeeper, the brokers or the group's coordinator could not be
                 asked.
         """
-        with one_line_errors():
+        with one_line_errors(self.options):
             ranges, bootstrap = run_on_portal(
                 f"zkkafka-batch-{self.options.config.group_id}",
                 _plan_batch_read,

@@ -32,6 +32,7 @@ from ..kafka.stable_offsets import list_offsets
 from ..kafka.transactions import isolation_level_id
 from ..records import TopicPartition
 from ..subscription import Whitelist
+from . import termination
 from .driver_plan import forward_offsets
 from .planning import SourceOptions
 from .runtime import LoopPortal
@@ -90,7 +91,9 @@ class GroupMember:
 
     Joins the group when constructed and returns once the first rebalance is done. Every
     method runs on the member's loop and waits for the result, so the connector's state is
-    only ever touched from its own thread.
+    only ever touched from its own thread. In a Spark Python worker the member also leaves
+    when the process gets SIGTERM, which is how Spark stops a query's source: the signal
+    unwinds into the reader's ``stop()`` (:mod:`~aiozkconsumer.spark.termination`).
 
     The member is the connector ``group.coordinator`` names (``create_connector``), so the
     source works the same in a ZooKeeper-coordinated and a Kafka-coordinated group; it is
@@ -113,8 +116,14 @@ class GroupMember:
         self._connector: ConsumerConnector | None = None
         self._error: BaseException | None = None
         self._stop: anyio.Event | None = None
+        # Held by a commit; leaving takes it first, so a commit under way is finished (or
+        # fails) before the member leaves, and none starts after.
+        self._commit_lock: anyio.Lock | None = None
+        self._leaving = False
+        self._stopping = False
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._main = self._portal.start(self._run)
+        termination.track(self)
         try:
             self._ready.result(start_timeout_s)
         except BaseException:
@@ -124,6 +133,7 @@ class GroupMember:
     async def _run(self) -> None:
         options = self.options
         stop = self._stop = anyio.Event()
+        self._commit_lock = anyio.Lock()
         try:
             async with create_connector(options.config, fetch=False) as connector:
                 self._connector = connector
@@ -253,6 +263,14 @@ class GroupMember:
         return self._portal.call(self._commit, dict(ends), timeout_s=CALL_TIMEOUT_S)
 
     async def _commit(self, ends: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        self._require()
+        if self._leaving:
+            raise ConsumerClosedError("the group member is leaving the group")
+        assert self._commit_lock is not None
+        async with self._commit_lock:
+            return await self._commit_owned(ends)
+
+    async def _commit_owned(self, ends: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         c = self._require()
         stats = c.statistics()
         todo = forward_offsets(ends, stats.committed_offsets, set(stats.owned_partitions))
@@ -272,10 +290,18 @@ class GroupMember:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Leave the group (the ZooKeeper session is closed, or LeaveGroup is sent to the group
-        coordinator), so the others rebalance at once.
+        coordinator), so the others rebalance at once; returns once it has left.
+
+        A commit under way is finished first (:meth:`commit`), so every offset it was asked
+        to commit is in the group's store before the member leaves.
+
+        Args:
+            timeout_s: the longest wait for the leave, in seconds (default 30); past it the
+                member's loop is stopped anyway (the session then times out).
 
         Idempotent; never raises.
         """
+        self._stopping = True
         if not self._portal.running:
             return
         stop = self._stop
@@ -289,9 +315,21 @@ class GroupMember:
         except BaseException as e:  # stopping must not fail
             log.debug("group member ended with %r", e)
         self._portal.stop()
+        termination.forget(self)
 
-    @staticmethod
-    async def _leave(stop: anyio.Event) -> None:
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called (it may still be leaving)."""
+        return self._stopping
+
+    async def _leave(self, stop: anyio.Event) -> None:
+        if self._leaving:
+            return
+        self._leaving = True
+        lock = self._commit_lock
+        if lock is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CALL_TIMEOUT_S):
+                await lock.acquire()  # never released: no commit after the leave
         stop.set()
 
     def __repr__(self) -> str:

@@ -26,7 +26,14 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..cluster import EARLIEST, LATEST
-from ..errors import InvalidConfigError, UnknownTopicError
+from ..errors import (
+    ConsumerError,
+    InvalidConfigError,
+    KafkaConnectionError,
+    NoBrokersError,
+    UnknownTopicError,
+    ZookeeperConnectionError,
+)
 from ..records import TopicPartition
 from ..tools.admin import GroupActiveError
 from .driver_plan import plan_ends
@@ -43,14 +50,17 @@ from .planning import (
     plan_starts,
 )
 
-__all__ = ["ZkKafkaStreamReader", "one_line_errors"]
+__all__ = ["ZkKafkaStreamReader", "one_line_errors", "unreachable"]
 
 log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def one_line_errors() -> Iterator[None]:
+def one_line_errors(options: SourceOptions | None = None) -> Iterator[None]:
     """Let an option error reach the user as its one-line message, not a traceback.
+
+    With ``options``, an unreachable ZooKeeper or broker too, named with its address and
+    the option that gave it (:func:`unreachable`).
 
     PySpark's workers report an exception with its traceback (``handle_worker_exception``),
     which Spark puts into the ``AnalysisException`` the user sees, unless
@@ -63,9 +73,46 @@ def one_line_errors() -> Iterator[None]:
     try:
         yield
     except (InvalidConfigError, UnknownTopicError, DataLossError, GroupActiveError):
-        if os.environ.get("SPARK_PYTHON_RUNTIME") == "PYTHON_WORKER":
-            os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+        _hide_traceback()
         raise
+    except (ZookeeperConnectionError, KafkaConnectionError, NoBrokersError) as e:
+        if options is None:
+            raise
+        _hide_traceback()
+        raise unreachable(e, options) from e
+
+
+def _hide_traceback() -> None:
+    if os.environ.get("SPARK_PYTHON_RUNTIME") == "PYTHON_WORKER":
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+
+
+def unreachable(
+    e: ZookeeperConnectionError | KafkaConnectionError | NoBrokersError, options: SourceOptions
+) -> ConsumerError:
+    """The one-line error of an unreachable ZooKeeper or broker, naming it and its option.
+
+    ``ZooKeeper 127.0.0.1:1 unreachable: <why> (zookeeper.connect)``, or ``Kafka broker(s)
+    <bootstrap.servers> unreachable: <why> (bootstrap.servers)`` (the brokers registered in
+    ZooKeeper for a ZooKeeper-coordinated group without ``bootstrap.servers``).
+
+    Args:
+        e: the error.
+        options: the source options (the addresses).
+
+    Returns:
+        An error of ``e``'s class with that message.
+    """
+    config = options.config
+    if isinstance(e, ZookeeperConnectionError):
+        return ZookeeperConnectionError(
+            f"ZooKeeper {config.zookeeper_connect} unreachable: {e} (zookeeper.connect)"
+        )
+    if config.bootstrap_servers:
+        where, key = config.bootstrap_servers, "bootstrap.servers"
+    else:
+        where, key = "registered in ZooKeeper", f"zookeeper.connect={config.zookeeper_connect}"
+    return type(e)(f"Kafka broker(s) {where} unreachable: {e} ({key})")
 
 
 class ZkKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -105,7 +152,8 @@ class ZkKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             with one_line_errors():
                 raise self._invalid
         if self._member is None:
-            self._member = GroupMember(self.options)
+            with one_line_errors(self.options):
+                self._member = GroupMember(self.options)
         return self._member
 
     # planning (source runner) ---------------------------------------------------------------
@@ -257,7 +305,13 @@ class ZkKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.debug("committed %d offsets of the batch ending at %s", len(written), end)
 
     def stop(self) -> None:
-        """Leave the group; the other members take over this member's partitions."""
+        """Leave the group; the other members take over this member's partitions.
+
+        Returns once the member has left (a commit under way finished first). Spark's source
+        runner calls it when its socket closes; when Spark ends the process with SIGTERM
+        instead (how a query's stop reaches the source), the signal unwinds into this call
+        (:mod:`~aiozkconsumer.spark.termination`).
+        """
         member, self._member = self._member, None
         if member is not None:
             member.stop()
