@@ -702,19 +702,27 @@ class FetcherManager:
         task_group: Any,
     ) -> None:
         """After a rebalance: fetch everything ``owned`` if the fetchers are stopped (start
-        them), else add the ``new`` partitions to the running ones.
+        them), else add to the running ones every owned partition they do not fetch.
+
+        Not only ``new``: an attempt that failed after acquiring its partitions (the
+        listener raised, the Kafka client could not start) left them owned and unfetched,
+        and the attempt that follows acquires nothing new for them; they stalled until the
+        next rebalance.
 
         Args:
             owned: every partition owned now.
-            new: the partitions acquired by this rebalance (a subset of ``owned``).
+            new: the partitions acquired by this rebalance (a subset of ``owned``, fetched
+                whether or not they were before).
             task_group: the connector's task group, which owns the fetcher tasks.
         """
         if not self.running:
             await self.start_connections(owned, task_group)
         else:
-            new = list(new)
-            if new:
-                self.add_partitions(new)
+            fetched = self.partition_map
+            missing = [p for p in (*new, *owned) if fetched.get(p.tp) is not p]
+            unique = list({p.tp: p for p in missing}.values())
+            if unique:
+                self.add_partitions(unique)
 
     async def _run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         done = self._done = anyio.Event()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import anyio
 import pytest
 
 from aiozkconsumer.config import ConsumerConfig
@@ -233,3 +234,22 @@ async def test_consumer_protocol_member_revokes_only_what_the_broker_took_then_a
     assert journal.steps == []  # nothing moved: nobody is told
     member.machine.handle(MemberEvent.JOIN)
     assert member.machine.state is MemberState.JOINING
+
+
+async def test_a_running_fetcher_takes_up_owned_partitions_it_does_not_fetch() -> None:
+    """An attempt that failed after acquiring (listener, Kafka client) left partitions owned
+    and unfetched; the next start adds them, not only that attempt's new ones."""
+    parts, _ = _parts()
+    fetcher = parts.fetcher
+    _own(parts, {T0: 1, T1: 2})
+    own = parts.ownership
+    t0, t1 = own.registry[T0], own.registry[T1]
+    fetcher._scope = anyio.CancelScope()  # running (the loops themselves are not needed)
+    try:
+        await fetcher.ensure_fetching([t0], [t0], None)
+        assert fetcher.partition_map == {T0: t0}
+        await fetcher.ensure_fetching([t0, t1], [], None)  # t1 owned, never fetched
+        assert fetcher.partition_map == {T0: t0, T1: t1}
+        assert set(fetcher.without_leader()) == {T0, T1}  # the leader finder looks for them
+    finally:
+        fetcher._scope = None
