@@ -504,8 +504,9 @@ async def test_a_running_group_is_described_as_its_members_run_it(
         ([], "Missing option '--group'"),
         (["-g", "g", "--members", "--topic", "t"], "--topic narrows the offsets view"),
         (
-            ["-g", "g", "--members", "--coordinator", "kafka", "--bootstrap-server", "x:1"],
-            "--members is not used with --coordinator kafka",
+            ["-g", "g", "--members", "--state", "--coordinator", "kafka", "--bootstrap-server"]
+            + ["x:1"],
+            "give --members or --state, not both",
         ),
         (
             ["--all-groups", "--coordinator", "kafka", "--bootstrap-server", "x:1"],
