@@ -21,11 +21,9 @@ from pathlib import Path
 import anyio
 import click
 
-from ..cluster import LATEST, bootstrap_from_brokers
+from ..cluster import bootstrap_from_brokers
 from ..config import ConsumerConfig
 from ..errors import BrokerNotAvailableError, InvalidConfigError, NoBrokersError
-from ..kafka.stable_offsets import list_offsets
-from ..kafka.transactions import READ_COMMITTED
 from ..records import TopicPartition
 from ..security import KafkaSecurity, ZookeeperSecurity
 from ..simple_consumer import SimpleConsumer
@@ -470,10 +468,14 @@ def consume(
 
     async def end_offsets(tps: Collection[TopicPartition]) -> Mapping[TopicPartition, int]:
         missing = [tp for tp in tps if tp not in end_cache]
-        if missing and config.read_committed:
-            end_cache.update(await _last_stable_offsets(admin_for_ends[0], missing))
-        elif missing:
-            end_cache.update(await admin_for_ends[0].list_offsets(missing, "latest"))
+        if missing:
+            # Under read_committed, where --exit-at-end stops is the last stable offset
+            # (records past it are not readable until their transaction ends).
+            end_cache.update(
+                await admin_for_ends[0].list_offsets(
+                    missing, "latest", isolation_level=config.isolation_level
+                )
+            )
         return end_cache
 
     consumer = ConsoleConsumer(
@@ -564,31 +566,6 @@ def consume(
     finally:
         if started:
             click.echo(f"Processed a total of {consumer.count} messages", err=True)
-
-
-async def _last_stable_offsets(
-    adm: _Admin, tps: Collection[TopicPartition]
-) -> dict[TopicPartition, int]:
-    """The partitions' last stable offsets: where ``--exit-at-end`` stops under read_committed
-    (records past it are not readable until their transaction ends).
-
-    Raises:
-        NoBrokersError: no broker answered a metadata request.
-        BrokerNotAvailableError: a partition has no leader, or its leader is unreachable.
-    """
-    kafka = await adm.kafka()
-    if not await kafka.refresh_metadata({tp.topic for tp in tps}):
-        raise NoBrokersError(f"no broker of {kafka.bootstrap_servers!r} answered")
-    by_leader: dict[int, dict[TopicPartition, int]] = {}
-    for tp in tps:
-        leader = kafka.leader_for(tp)
-        if leader is None:
-            raise BrokerNotAvailableError(f"partition {tp} has no leader")
-        by_leader.setdefault(leader, {})[tp] = LATEST
-    ends: dict[TopicPartition, int] = {}
-    for leader, wanted in sorted(by_leader.items()):
-        ends.update(await list_offsets(kafka, leader, wanted, isolation_level=READ_COMMITTED))
-    return ends
 
 
 def _consume_partition(
