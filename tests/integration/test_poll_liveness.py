@@ -77,17 +77,27 @@ class Deliveries:
 
 
 async def _until(connectors: Sequence[ConsumerConnector], predicate: Any, limit_s: float) -> None:
-    """Wait until ``predicate()`` holds, re-checking whenever any connector's state changes."""
+    """Wait until ``predicate()`` holds, re-checking whenever any connector's state changes.
+
+    The waiters start a loop turn after the check, so a change in between would go unseen:
+    each wait is bounded by half a second.
+    """
     with anyio.fail_after(limit_s):
         while not predicate():
-            async with anyio.create_task_group() as tg:
+            with anyio.move_on_after(0.5):
+                await _any_change(connectors)
 
-                async def wake(c: ConsumerConnector) -> None:
-                    await c.wait_for_state_change()
-                    tg.cancel_scope.cancel()
 
-                for c in connectors:
-                    tg.start_soon(wake, c)
+async def _any_change(connectors: Sequence[ConsumerConnector]) -> None:
+    """Return at the next state change of any of ``connectors``."""
+    async with anyio.create_task_group() as tg:
+
+        async def wake(c: ConsumerConnector) -> None:
+            await c.wait_for_state_change()
+            tg.cancel_scope.cancel()
+
+        for c in connectors:
+            tg.start_soon(wake, c)
 
 
 def _owned(c: ConsumerConnector) -> set[TopicPartition]:
