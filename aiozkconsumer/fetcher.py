@@ -71,6 +71,7 @@ from .errors import (
     UnknownTopicError,
     UnsupportedCodecError,
 )
+from .fetch_lag import LagGauges
 from .fetch_leaders import leader_epochs, validate_positions
 from .fetch_plan import FetchPlan, fetcher_id_for, plan_fetch
 from .kafka.client import FetchChannel
@@ -627,7 +628,6 @@ class FetcherManager:
         self.kafka = kafka
         self.config = config
         self.metrics = metrics
-        self._lag_gauges: dict[TopicPartition, Any] = {}
         self.partition_map: dict[TopicPartition, PartitionTopicInfo] = {}
         self.fetchers: dict[tuple[int, int], ConsumerFetcher] = {}
         self.read_committed: bool = getattr(config, "isolation_level", "") == "read_committed"
@@ -644,6 +644,7 @@ class FetcherManager:
         """Per partition, where lag is measured to: the last stable offset of the last fetch
         response under read_committed, its high watermark otherwise (as the Java client's
         ``records-lag``)."""
+        self._lag = LagGauges(metrics, self.lag_end)
         self.rack_id: str = getattr(config, "client_rack", None) or ""
         """``client.rack``, sent with every fetch (KIP-392; "" none)."""
         self.leaders: dict[TopicPartition, int] = {}
@@ -686,7 +687,7 @@ class FetcherManager:
         await self.stop_connections()
         self.partition_map = {p.tp: p for p in ptis}
         self.read_replicas.retain(self.partition_map)
-        self._register_lag(self.partition_map.values())
+        self._lag.register(self.partition_map.values())
         self.last_response_at = time.monotonic()
         self._no_leader = dict(self.partition_map)
         self._no_leader_since = dict.fromkeys(self._no_leader, self.last_response_at)
@@ -746,7 +747,7 @@ class FetcherManager:
             scope.cancel()
             with anyio.CancelScope(shield=True):
                 await done.wait()
-        self._unregister_lag(list(self.partition_map))
+        self._lag.unregister(list(self.partition_map))
         self.partition_map = {}
         self.leaders = {}
         self._no_leader = {}
@@ -781,7 +782,7 @@ class FetcherManager:
         for pti in ptis:
             self.partition_map[pti.tp] = pti
             self._lost_leader(pti)
-        self._register_lag(ptis)
+        self._lag.register(ptis)
         if self._no_leader:
             self._no_leader_event.set()
 
@@ -799,28 +800,7 @@ class FetcherManager:
             self.read_replicas.clear(tp)
             for fetcher in self.fetchers.values():
                 fetcher.partitions.pop(tp, None)
-        self._unregister_lag(tps)
-
-    def _register_lag(self, ptis: Iterable[PartitionTopicInfo]) -> None:
-        """``ConsumerLag`` gauges: high watermark (last stable offset under read_committed)
-        minus fetch offset, -1 before a fetch."""
-        if self.metrics is None:
-            return
-        for pti in ptis:
-
-            def lag(pti: PartitionTopicInfo = pti) -> float:
-                end = self.lag_end.get(pti.tp)
-                return -1.0 if end is None else float(max(0, end - pti.fetched_offset))
-
-            self._lag_gauges[pti.tp] = self.metrics.consumer_lag(pti.topic, pti.partition, lag)
-
-    def _unregister_lag(self, tps: Iterable[TopicPartition]) -> None:
-        if self.metrics is None:
-            return
-        for tp in tps:
-            gauge = self._lag_gauges.pop(tp, None)
-            if gauge is not None:
-                self.metrics.remove(gauge)
+        self._lag.unregister(tps)
 
     def add_partitions_with_error(self, ptis: Iterable[PartitionTopicInfo]) -> None:
         """Give partitions back to the leader finder (``addPartitionsWithError``)."""
