@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -11,6 +11,7 @@ import anyio
 from aiozk import exc as zk_exc
 
 from aiozkconsumer import ConnectorState, ConsumerConfig, ZookeeperConsumerConnector
+from aiozkconsumer.base_connector import ConsumerConnector
 from aiozkconsumer.stream import KafkaStream
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.zk import layout
@@ -140,3 +141,24 @@ def on_log(logger_name: str, event: anyio.Event, *needles: str) -> Iterator[None
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+async def until_any(
+    connectors: Sequence[ConsumerConnector], predicate: Callable[[], bool], limit_s: float = 60
+) -> None:
+    """Wait until ``predicate()`` holds, re-checking whenever any connector's state changes.
+
+    The waiters start a loop turn after the check, so a change in between would go unseen
+    (and a group generation change is no state change): each wait is bounded by half a second.
+    """
+    with anyio.fail_after(limit_s):
+        while not predicate():
+            with anyio.move_on_after(0.5):
+                async with anyio.create_task_group() as tg:
+
+                    async def wake(c: ConsumerConnector) -> None:
+                        await c.wait_for_state_change()
+                        tg.cancel_scope.cancel()
+
+                    for c in connectors:
+                        tg.start_soon(wake, c)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import anyio
 import pytest
+from _support import until_any
 
 from aiozkconsumer import (
     ConnectorState,
@@ -76,30 +76,6 @@ class Deliveries:
         return sorted(o for (p, o), who in self.by.items() if p == partition and member in who)
 
 
-async def _until(connectors: Sequence[ConsumerConnector], predicate: Any, limit_s: float) -> None:
-    """Wait until ``predicate()`` holds, re-checking whenever any connector's state changes.
-
-    The waiters start a loop turn after the check, so a change in between would go unseen:
-    each wait is bounded by half a second.
-    """
-    with anyio.fail_after(limit_s):
-        while not predicate():
-            with anyio.move_on_after(0.5):
-                await _any_change(connectors)
-
-
-async def _any_change(connectors: Sequence[ConsumerConnector]) -> None:
-    """Return at the next state change of any of ``connectors``."""
-    async with anyio.create_task_group() as tg:
-
-        async def wake(c: ConsumerConnector) -> None:
-            await c.wait_for_state_change()
-            tg.cancel_scope.cancel()
-
-        for c in connectors:
-            tg.start_soon(wake, c)
-
-
 def _owned(c: ConsumerConnector) -> set[TopicPartition]:
     return set(c.statistics().owned_partitions)
 
@@ -141,7 +117,7 @@ async def _hung_reader_leaves_and_rejoins(
             sa, sb = _owned(a), _owned(b)
             return bool(sa) and bool(sb) and not sa & sb and sa | sb == everything
 
-        await _until([a, b], split, 60)
+        await until_any([a, b], split, 60)
         async with anyio.create_task_group() as tg:
             tg.start_soon(read, stream_a, "a", True)
             tg.start_soon(read, stream_b, "b", False)
@@ -152,7 +128,7 @@ async def _hung_reader_leaves_and_rejoins(
             consumed = {p: max(seen.of("a", p)) + 1 for p in range(PARTITIONS) if seen.of("a", p)}
             assert held.partition in consumed
             # Its partitions move to b within the interval plus one heartbeat.
-            await _until([a, b], lambda: _owned(b) == everything, 30)
+            await until_any([a, b], lambda: _owned(b) == everything, 30)
             moved_s = time.monotonic() - hold_started
             assert moved_s <= INTERVAL_MS / 1000 + heartbeat_s + SLACK_S, moved_s
             assert _owned(a) == set()
@@ -178,7 +154,7 @@ async def _hung_reader_leaves_and_rejoins(
             before_rejoin = await b.offset_store.fetch(everything)
             release_reader.set()
             # a asks again: it rejoins and the group splits again.
-            await _until([a, b], split, 60)
+            await until_any([a, b], split, 60)
             await cluster.produce_to_partitions(
                 topic, {p: [(b"k", b"w%d" % i) for i in range(5)] for p in range(PARTITIONS)}
             )

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _support import until_any
 
 from aiozkconsumer import (
     ConnectorState,
@@ -85,32 +86,6 @@ def _owned(c: ConsumerConnector) -> set[TopicPartition]:
     return set(c.statistics().owned_partitions)
 
 
-async def _until(
-    connectors: Sequence[ConsumerConnector], predicate: Any, limit_s: float = 60
-) -> None:
-    """Wait until ``predicate()`` holds, re-checking whenever any connector's state changes.
-
-    The waiters start a loop turn after the check, so a change in between would go unseen
-    (and a generation change is not a state change): each wait is bounded by half a second.
-    """
-    with anyio.fail_after(limit_s):
-        while not predicate():
-            with anyio.move_on_after(0.5):
-                await _any_change(connectors)
-
-
-async def _any_change(connectors: Sequence[ConsumerConnector]) -> None:
-    """Return at the next state change of any of ``connectors``."""
-    async with anyio.create_task_group() as tg:
-
-        async def wake(c: ConsumerConnector) -> None:
-            await c.wait_for_state_change()
-            tg.cancel_scope.cancel()
-
-        for c in connectors:
-            tg.start_soon(wake, c)
-
-
 def _split(connectors: Sequence[ConsumerConnector], everything: set[TopicPartition]) -> bool:
     """Every member runs with a non-empty share; the shares are disjoint and cover all."""
     shares = [_owned(c) for c in connectors]
@@ -173,7 +148,7 @@ async def _restart_a(
         async with create_connector(config("a")) as a:
             await b.create_message_streams({topic: 1})
             await a.create_message_streams({topic: 1})
-            await _until([a, b], lambda: _split([a, b], everything))
+            await until_any([a, b], lambda: _split([a, b], everything))
             seen["a_before"] = _owned(a)
             before = b.statistics()
             spy = HeartbeatSpy(b)
@@ -182,13 +157,13 @@ async def _restart_a(
             await a2.create_message_streams({topic: 1})
             joined = time.monotonic()
             if static:
-                await _until([a2, b], lambda: _split([a2, b], everything))
+                await until_any([a2, b], lambda: _split([a2, b], everything))
                 seen["a_after"] = _owned(a2)
                 seen["a_generation"] = a2.statistics().group_generation
                 # A rebalance started by a2's join would be told to b at its next heartbeat.
                 seen["b_answers"] = await spy.answers_sent_after(joined, 1)
             else:
-                await _until(
+                await until_any(
                     [a2, b],
                     lambda: (
                         b.statistics().group_generation != before.group_generation
@@ -249,7 +224,7 @@ async def test_classic_a_second_member_with_the_same_instance_id_takes_over_and_
             with pytest.raises(FencedInstanceIdError) as info:
                 async with create_connector(config) as older:
                     await older.create_message_streams({unique_topic: 1})
-                    await _until([older], lambda: _owned(older) == everything)
+                    await until_any([older], lambda: _owned(older) == everything)
                     generation = older.statistics().group_generation
                     await newer.create_message_streams({unique_topic: 1})
                     # The older member's next heartbeat is answered FENCED_INSTANCE_ID: its
@@ -274,7 +249,7 @@ async def test_consumer_protocol_a_second_member_with_an_instance_id_in_use_is_r
     config = _config(any_cluster, unique_group_id, "consumer", "the-one")
     async with create_connector(config) as first:
         await first.create_message_streams({unique_topic: 1})
-        await _until([first], lambda: _owned(first) == everything)
+        await until_any([first], lambda: _owned(first) == everything)
         epoch = first.statistics().group_generation
         async with create_connector(config) as second:
             with pytest.raises(UnreleasedInstanceIdError) as info:
@@ -301,7 +276,7 @@ async def test_consumer_protocol_a_member_whose_released_instance_id_was_taken_i
                 async with create_connector(config) as older:
                     assert isinstance(older, KafkaConsumerConnector)
                     await older.create_message_streams({unique_topic: 1})
-                    await _until([older], lambda: _owned(older) == everything)
+                    await until_any([older], lambda: _owned(older) == everything)
                     # The older member's static leave, sent for it (as a close would) while
                     # it goes on: the instance id is released, and the newer takes it over.
                     group = older.group
@@ -315,7 +290,7 @@ async def test_consumer_protocol_a_member_whose_released_instance_id_was_taken_i
                         )
                     )
                     await newer.create_message_streams({unique_topic: 1})
-                    await _until([newer], lambda: _owned(newer) == everything)
+                    await until_any([newer], lambda: _owned(newer) == everything)
                     # The older member's next heartbeat is answered FENCED_INSTANCE_ID.
                     await anyio.sleep_forever()
             assert newer.state is ConnectorState.RUNNING
