@@ -8,7 +8,7 @@ fetch loops in ``fetcher.py`` perform what these return.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .assignors import java_string_hash
@@ -51,7 +51,7 @@ class FetchPlan:
 
 def plan_fetch(
     partitions: Iterable[PartitionTopicInfo],
-    delivering: Container[TopicPartition],
+    delivering: Mapping[TopicPartition, PartitionTopicInfo],
     free_slots: Callable[[ChunkQueue], int],
     fetch_max_bytes: int,
 ) -> FetchPlan:
@@ -66,7 +66,12 @@ def plan_fetch(
 
     Args:
         partitions: the loop's partitions, in the order to ask for them.
-        delivering: partitions whose last chunk still waits for room in its queue.
+        delivering: ``{partition: its PartitionTopicInfo}`` whose last chunk still waits
+            for room in its queue. Only that very ``PartitionTopicInfo`` is held back: a
+            partition released and taken again onto another stream while a chunk of its old
+            one waits is fetched for the new one at once (the old chunk is dropped by the
+            iterator). Keyed by the partition alone, it stalled until the old stream's
+            reader made room, or forever if that stream was no longer read.
         free_slots: the free slots of a stream queue.
         fetch_max_bytes: ``fetch.max.bytes``.
 
@@ -76,7 +81,7 @@ def plan_fetch(
     plan = FetchPlan()
     per_queue_bytes: dict[int, int] = {}
     for pti in partitions:
-        if pti.tp in delivering:
+        if delivering.get(pti.tp) is pti:
             continue
         if pti.fetched_offset < 0:
             plan.reset.append(pti)

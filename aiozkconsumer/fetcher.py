@@ -116,7 +116,11 @@ class ConsumerFetcher:
         self.node_id = node_id
         self.fetcher_id = fetcher_id
         self.partitions: dict[TopicPartition, PartitionTopicInfo] = {}
-        self._delivering: set[TopicPartition] = set()
+        self._delivering: dict[TopicPartition, PartitionTopicInfo] = {}
+        """Per partition, the ``PartitionTopicInfo`` whose chunk waits for room in its queue
+        (by identity: a partition taken again onto another stream meanwhile is not held
+        back by its old stream's wait)."""
+        self._delivery_scopes: dict[TopicPartition, anyio.CancelScope] = {}
         self._wakeup = anyio.Event()
         self.requests = 0
         # KIP-392: the partitions whose broker may change (fetched here from a replica that
@@ -172,7 +176,7 @@ class ConsumerFetcher:
             if pti is None or leader is None:
                 routed.discard(tp)
                 continue
-            if tp in self._delivering:
+            if self._delivering.get(tp) is pti:
                 continue
             if pti.fetched_offset < 0 and replicas.clear(tp) is not None:
                 log.debug("%s: its offset is reset at its leader, broker %s", tp, leader)
@@ -213,6 +217,14 @@ class ConsumerFetcher:
                 self.node_id,
             )
         self.manager.hand_to(node, ptis)
+
+    def abandon_delivery(self, tp: TopicPartition) -> None:
+        """Stop the wait of a released partition's chunk for room in its stream's queue
+        (the iterator would drop the chunk anyway); a partition still active keeps it."""
+        pti = self._delivering.get(tp)
+        scope = self._delivery_scopes.get(tp)
+        if pti is not None and not pti.active and scope is not None:
+            scope.cancel()
 
     def _remove_with_error(self, tps: Iterable[TopicPartition]) -> None:
         removed = [self.partitions.pop(tp) for tp in list(tps) if tp in self.partitions]
@@ -581,7 +593,7 @@ class ConsumerFetcher:
         try:
             pti.queue.put_nowait(chunk)
         except asyncio.QueueFull:
-            self._delivering.add(pti.tp)
+            self._delivering[pti.tp] = pti
             self.manager.waiting_chunk(pti.queue, +1)
             self.manager.spawn(self._deliver, chunk, next_offset)
             return
@@ -592,12 +604,16 @@ class ConsumerFetcher:
         """Wait for room in a full queue, then let the partition be fetched again."""
         pti = chunk.topic_info
         try:
-            await pti.queue.put(chunk)
-            if pti.active and pti.fetched_offset == chunk.fetch_offset:
-                pti.fetched_offset = next_offset
+            with anyio.CancelScope() as scope:
+                self._delivery_scopes[pti.tp] = scope
+                await pti.queue.put(chunk)
+                if pti.active and pti.fetched_offset == chunk.fetch_offset:
+                    pti.fetched_offset = next_offset
         finally:
             self.manager.waiting_chunk(pti.queue, -1)
-            self._delivering.discard(pti.tp)
+            if self._delivering.get(pti.tp) is pti:
+                del self._delivering[pti.tp]
+                self._delivery_scopes.pop(pti.tp, None)
             if pti.tp in self._routed:
                 self._routed_changed = True  # its move waited for this chunk
             self._wakeup.set()
@@ -789,8 +805,9 @@ class FetcherManager:
     def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
         """Stop fetching partitions; the others go on.
 
-        A fetch in flight for them is discarded when it returns; a chunk already being put into
-        a queue reaches it marked inactive and is dropped by the iterator.
+        A fetch in flight for them is discarded when it returns; a chunk already in a queue is
+        dropped by the iterator (it is marked inactive); a chunk of a released (inactive)
+        partition still waiting for room in its queue stops waiting.
         """
         tps = list(tps)
         for tp in tps:
@@ -800,6 +817,7 @@ class FetcherManager:
             self.read_replicas.clear(tp)
             for fetcher in self.fetchers.values():
                 fetcher.partitions.pop(tp, None)
+                fetcher.abandon_delivery(tp)
         self._lag.unregister(tps)
 
     def add_partitions_with_error(self, ptis: Iterable[PartitionTopicInfo]) -> None:

@@ -187,7 +187,7 @@ def test_the_plan_caps_the_response_at_the_free_slots() -> None:
     q2: ChunkQueue = ChunkQueue(2)
     ptis = [_pti(p, q1) for p in range(4)] + [_pti(4, q2)]
     free = {id(q1): 1, id(q2): 3}
-    plan = plan_fetch(ptis, set(), lambda q: free[id(q)], 50_000_000)
+    plan = plan_fetch(ptis, {}, lambda q: free[id(q)], 50_000_000)
     # Every partition is asked for (none waits behind an empty one) ...
     assert [p.partition for p in plan.fetch] == [0, 1, 2, 3, 4]
     # ... but the response cannot bring more than the room left: 1 + 3 slots of 1000 bytes.
@@ -201,16 +201,29 @@ def test_a_full_stream_is_left_out_and_others_go_on() -> None:
     other: ChunkQueue = ChunkQueue(1)
     ptis = [_pti(0, full), _pti(1, other), _pti(2, other, offset=-1), _pti(3, other)]
     free = {id(full): 0, id(other): 2}
-    plan = plan_fetch(ptis, {TopicPartition("t", 3)}, lambda q: free[id(q)], 1500)
+    plan = plan_fetch(ptis, {TopicPartition("t", 3): ptis[3]}, lambda q: free[id(q)], 1500)
     assert [p.partition for p in plan.fetch] == [1]
     assert [p.partition for p in plan.reset] == [2]
     assert list(plan.blocked.values()) == [full]
     assert plan.max_bytes == 1500  # fetch.max.bytes is the lower cap here
 
 
+def test_a_partition_taken_again_onto_another_stream_is_not_held_by_the_old_wait() -> None:
+    """A chunk of partition 0 waits for room in the old stream's queue; the partition is
+    released and taken again onto another stream (a new PartitionTopicInfo): the new one is
+    fetched at once, not after the old stream's reader makes room."""
+    old_q: ChunkQueue = ChunkQueue(1)
+    new_q: ChunkQueue = ChunkQueue(1)
+    old, new = _pti(0, old_q), _pti(0, new_q)
+    free = {id(old_q): 0, id(new_q): 2}
+    waiting = {old.tp: old}
+    assert plan_fetch([old], waiting, lambda q: free[id(q)], 1 << 20).fetch == []
+    assert plan_fetch([new], waiting, lambda q: free[id(q)], 1 << 20).fetch == [new]
+
+
 def test_nothing_to_fetch_when_every_stream_is_full() -> None:
     q: ChunkQueue = ChunkQueue(1)
-    plan = plan_fetch([_pti(0, q), _pti(1, q)], set(), lambda _q: 0, 1 << 20)
+    plan = plan_fetch([_pti(0, q), _pti(1, q)], {}, lambda _q: 0, 1 << 20)
     assert plan.fetch == [] and list(plan.blocked.values()) == [q]
 
 
@@ -417,6 +430,57 @@ async def test_an_unread_stream_holds_its_budget_however_many_partitions_feed_it
                     while len(seen) < 6:
                         seen.add((await queue.get()).topic_info.partition)
                 assert seen == set(range(6))
+            finally:
+                await manager.stop_connections()
+
+
+@pytest_integration
+async def test_a_partition_moved_onto_another_stream_while_its_chunk_waits_is_fetched(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str, kafka: KafkaClient
+) -> None:
+    """The stalled partition (a rebalance moves a partition onto another of the member's
+    streams while a chunk of it waits for room in the old stream's full queue): the new
+    stream gets its records at once, round after round, though no old stream is ever read.
+    Before, the fetch loop held the partition back by its name until the old wait ended."""
+    cluster, topic = zk_kafka_cluster, unique_topic
+    await cluster.create_topic(topic, 1)
+    for _ in range(8):  # batches of 10 records (2 kB), two to a 4000-byte fetch
+        await cluster.produce_to_partitions(topic, {0: [(None, b"x" * 200) for _ in range(10)]})
+    config = ConsumerConfig(
+        group_id=unique_group_id,
+        zookeeper_connect=cluster.zookeeper_connect,
+        fetch_message_max_bytes=4000,
+        queued_max_message_chunks=1,
+    )
+
+    def on(queue: ChunkQueue) -> PartitionTopicInfo:
+        return PartitionTopicInfo(topic, 0, queue, 0, 0, config.fetch_message_max_bytes, "t")
+
+    def waiting(pti: PartitionTopicInfo) -> bool:
+        return any(f._delivering.get(pti.tp) is pti for f in manager.fetchers.values())
+
+    pti = on(ChunkQueue(1))
+    manager = FetcherManager(kafka, config)
+    with anyio.fail_after(90):
+        async with anyio.create_task_group() as tg:
+            await manager.start_connections([pti], tg)
+            try:
+                for _ in range(10):
+                    # The stream's queue is full and a second chunk waits for room (polled:
+                    # the fetch loop has no event for it).
+                    while not (pti.queue.full() and waiting(pti)):
+                        await anyio.sleep(0.02)
+                    # The rebalance: released (as Ownership.release), taken onto a new stream.
+                    old, old.active = pti, False
+                    manager.remove_partitions([pti.tp])
+                    pti = on(ChunkQueue(1))
+                    manager.add_partitions([pti])
+                    with anyio.fail_after(20):
+                        chunk = await pti.queue.get()
+                    assert chunk.topic_info is pti and chunk.fetch_offset == 0
+                    # The old chunk stopped waiting (it would be dropped when read).
+                    assert not waiting(old) and old.queue.waiting == 0
+                    pti.queue.put_nowait(chunk)  # full again, for the next round
             finally:
                 await manager.stop_connections()
 
