@@ -468,7 +468,9 @@ async def test_a_partition_moved_onto_another_stream_while_its_chunk_waits_is_fe
                 for _ in range(10):
                     # The stream's queue is full and a second chunk waits for room (polled:
                     # the fetch loop has no event for it).
-                    while not (pti.queue.full() and waiting(pti)):
+                    while True:
+                        if pti.queue.full() and waiting(pti):
+                            break
                         await anyio.sleep(0.02)
                     # The rebalance: released (as Ownership.release), taken onto a new stream.
                     old, old.active = pti, False
