@@ -115,10 +115,26 @@ class Received:
         self._grew.set()
         self._grew = anyio.Event()
 
-    async def wait_for(self, count: int) -> None:
-        with anyio.fail_after(WAIT_S):
+    async def wait_for(self, count: int, connector: KafkaConsumerConnector) -> None:
+        """Until ``count`` records arrived; else fail naming what arrived per partition and
+        the connector's state (owned partitions, those without a leader, fetch ages)."""
+        with anyio.move_on_after(WAIT_S):
             while len(self.by_position) < count:
                 await self._grew.wait()
+            return
+        per_partition: dict[int, int] = {}
+        for p, _ in self.by_position:
+            per_partition[p] = per_partition.get(p, 0) + 1
+        stats = connector.statistics()
+        fetcher = connector.fetcher
+        pytest.fail(
+            f"{len(self.by_position)} of {count} records in {WAIT_S:.0f} s, per partition "
+            f"{per_partition}; state {stats.state}, owned {stats.owned_partitions}, consumed "
+            f"{stats.consumed_offsets}, without leader {stats.partitions_without_leader}, "
+            f"last fetch {stats.seconds_since_fetch} s ago, rebalances {stats.rebalances}, "
+            f"fetch requests {fetcher.fetch_requests}, {fetcher!r}, loops "
+            f"{ {k: sorted(f.partitions) for k, f in fetcher.fetchers.items()} }"
+        )
 
     def values(self) -> list[bytes]:
         return [v for vs in self.by_position.values() for v in vs]
@@ -147,9 +163,9 @@ async def _consume(
     async with KafkaConsumerConnector(config) as connector, anyio.create_task_group() as tg:
         streams = await connector.create_message_streams({topic: 1})
         tg.start_soon(_drain, streams[topic][0], received)
-        await received.wait_for(PARTITIONS * BEFORE)
+        await received.wait_for(PARTITIONS * BEFORE, connector)
         produced |= await _produce(cluster, topic, BEFORE, AFTER)
-        await received.wait_for(PARTITIONS * (BEFORE + AFTER))
+        await received.wait_for(PARTITIONS * (BEFORE + AFTER), connector)
         await anyio.sleep(0.5)  # anything delivered twice would show up now
         sizes = {
             b: connector.metrics.fetch_response_size(cluster.broker_address(b))
