@@ -60,6 +60,11 @@ class FencedCommitter:
             the session expired (the commit cannot land, so the partitions may soon be
             another member's): the owner ends its session lease, so that no more records are
             handed out. Settable after construction (the lease is built later).
+        auto_commit_paused: whether the auto-commit skips its round now (a
+            Kafka-coordinated member between JoinGroup and taking its assignment: the Java
+            client's auto-commit runs in ``poll()`` and never while a join is under way; a
+            cooperative member keeps its partitions then, and the coordinator would answer
+            ``REBALANCE_IN_PROGRESS`` or ``ILLEGAL_GENERATION``). Settable after construction.
     """
 
     def __init__(
@@ -75,6 +80,7 @@ class FencedCommitter:
         session_replaced: Callable[[], bool] = lambda: False,
         on_connection_lost: Callable[[], None] = lambda: None,
         claiming_session: Callable[[], int | None] = lambda: None,
+        auto_commit_paused: Callable[[], bool] = lambda: False,
     ) -> None:
         self.config = config
         self.consumer_id = consumer_id
@@ -87,6 +93,7 @@ class FencedCommitter:
         self.session_replaced = session_replaced
         self.on_connection_lost = on_connection_lost
         self.claiming_session = claiming_session
+        self.auto_commit_paused = auto_commit_paused
 
     async def commit(self, offsets: Mapping[TopicPartition, int], retries: int) -> int:
         """Commit owned partitions' offsets, fenced, counting the writes in the commit meters.
@@ -179,11 +186,13 @@ class FencedCommitter:
         """Commit the consumed offsets every ``interval_s`` seconds, forever.
 
         Skipped while the gate is closed (the session is in doubt: another member may own the
-        partitions); a failure is logged and the next round tries again.
+        partitions) and while ``auto_commit_paused()`` says so (a Kafka-coordinated member's
+        JoinGroup/SyncGroup is under way: the coordinator would refuse the commit); a failure
+        is logged and the next round tries again.
         """
         while True:
             await anyio.sleep(interval_s)
-            if not self.ownership.gate.passable():
+            if not self.ownership.gate.passable() or self.auto_commit_paused():
                 continue
             try:
                 await self.commit(

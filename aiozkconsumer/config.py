@@ -163,7 +163,15 @@ class ConsumerConfig:
             10000, > 0. Timeout of offset commit/fetch and coordinator requests.
         offsets_commit_max_retries: ``offsets.commit.max.retries``, default 5, >= 0.
         partition_assignment_strategy: ``partition.assignment.strategy``, default ``"range"``;
-            ``"range"`` or ``"roundrobin"`` (validated since 0.9.0, KAFKA-2032).
+            ``"range"`` or ``"roundrobin"`` (validated since 0.9.0, KAFKA-2032). With
+            ``group.coordinator=kafka`` (classic protocol), the Java client's list of
+            assignors in order of preference, comma-separated: ``range``, ``roundrobin``,
+            ``sticky``, ``cooperative-sticky`` or their Java class names
+            (``org.apache.kafka.clients.consumer.CooperativeStickyAssignor`` ...), kept as
+            the comma-joined names (:attr:`assignment_strategies`). A member whose assignors
+            are all ``cooperative-sticky`` rebalances cooperatively (KIP-429: it keeps its
+            partitions through a rebalance and gives up only those that move); any other
+            list is eager, as the Java client's ``ConsumerCoordinator`` decides.
         bootstrap_servers: ``bootstrap.servers``, new, default ``None``: brokers are found
             under ZooKeeper's ``/brokers/ids``. Otherwise ``host:port[,host:port...]``.
         cluster_metadata_source: ``cluster.metadata.source``, new, default ``"auto"``;
@@ -447,6 +455,11 @@ class ConsumerConfig:
     def read_committed(self) -> bool:
         """Whether ``isolation.level`` is ``read_committed``."""
         return self.isolation_level == "read_committed"
+
+    @property
+    def assignment_strategies(self) -> tuple[str, ...]:
+        """``partition.assignment.strategy`` as the list of assignor names, in order."""
+        return tuple(self.partition_assignment_strategy.split(","))
 
     @property
     def consumer_protocol(self) -> bool:

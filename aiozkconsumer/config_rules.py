@@ -28,6 +28,7 @@ __all__ = [
     "check_range",
     "check_type",
     "check_values",
+    "parse_assignment_strategies",
     "validate_bootstrap_servers",
     "validate_group_id",
     "validate_group_instance_id",
@@ -45,6 +46,14 @@ _IPV6_LITERAL = re.compile(r"\[[0-9A-Fa-f:.]+\]")
 _AUTO_OFFSET_RESET_VALUES = ("smallest", "largest")
 _OFFSETS_STORAGE_VALUES = ("zookeeper", "kafka")
 _ASSIGNMENT_STRATEGY_VALUES = ("range", "roundrobin")
+# group.coordinator=kafka, classic protocol: the Java client's assignors, by name() or class.
+_KAFKA_GROUP_STRATEGY_VALUES = ("range", "roundrobin", "sticky", "cooperative-sticky")
+_JAVA_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.clients.consumer.RangeAssignor": "range",
+    "org.apache.kafka.clients.consumer.RoundRobinAssignor": "roundrobin",
+    "org.apache.kafka.clients.consumer.StickyAssignor": "sticky",
+    "org.apache.kafka.clients.consumer.CooperativeStickyAssignor": "cooperative-sticky",
+}
 _CLUSTER_METADATA_SOURCE_VALUES = ("auto", "zookeeper", "kafka")
 _GROUP_COORDINATOR_VALUES = ("zookeeper", "kafka")
 _CRC_ERROR_ACTION_VALUES = ("raise", "skip")
@@ -159,11 +168,15 @@ def check_values(config: ConsumerConfig) -> None:
 
     check_choice("auto.offset.reset", config.auto_offset_reset, _AUTO_OFFSET_RESET_VALUES)
     check_choice("offsets.storage", config.offsets_storage, _OFFSETS_STORAGE_VALUES)
-    check_choice(
-        "partition.assignment.strategy",
-        config.partition_assignment_strategy,
-        _ASSIGNMENT_STRATEGY_VALUES,
-    )
+    if config.group_coordinator == "kafka":
+        names = parse_assignment_strategies(config.partition_assignment_strategy)
+        object.__setattr__(config, "partition_assignment_strategy", ",".join(names))
+    else:
+        check_choice(
+            "partition.assignment.strategy",
+            config.partition_assignment_strategy,
+            _ASSIGNMENT_STRATEGY_VALUES,
+        )
     check_choice(
         "cluster.metadata.source",
         config.cluster_metadata_source,
@@ -173,6 +186,41 @@ def check_values(config: ConsumerConfig) -> None:
     check_choice("isolation.level", config.isolation_level, _ISOLATION_LEVEL_VALUES)
     check_range("reconnect.backoff.max.ms", config.reconnect_backoff_max_ms, 1)
     check_range("metadata.max.age.ms", config.metadata_max_age_ms, 1)
+
+
+def parse_assignment_strategies(value: str) -> tuple[str, ...]:
+    """A Kafka-coordinated group's ``partition.assignment.strategy``: a comma-separated list of
+    assignors in order of preference, each by its protocol name (``range``, ``roundrobin``,
+    ``sticky``, ``cooperative-sticky``) or its Java class name
+    (``org.apache.kafka.clients.consumer.CooperativeStickyAssignor`` ...), as the Java
+    client's list-valued key; JoinGroup offers them in this order.
+
+    Args:
+        value: the configured value.
+
+    Returns:
+        The protocol names, in order.
+
+    Raises:
+        InvalidConfigError: ``partition.assignment.strategy``: empty, an unknown assignor, or
+            one named twice.
+    """
+    key = "partition.assignment.strategy"
+    names: list[str] = []
+    for raw in value.split(","):
+        item = raw.strip()
+        name = _JAVA_ASSIGNOR_CLASSES.get(item, item)
+        if name not in _KAFKA_GROUP_STRATEGY_VALUES:
+            raise InvalidConfigError(
+                key,
+                f"unknown assignor {item!r}; expected a comma-separated list of "
+                f"{', '.join(_KAFKA_GROUP_STRATEGY_VALUES)} (or their Java class names "
+                "org.apache.kafka.clients.consumer.RangeAssignor, ...)",
+            )
+        if name in names:
+            raise InvalidConfigError(key, f"assignor {name!r} is listed twice in {value!r}")
+        names.append(name)
+    return tuple(names)
 
 
 def check_group_protocol(config: ConsumerConfig) -> None:

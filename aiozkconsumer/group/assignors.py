@@ -13,21 +13,32 @@ assignor first gives each member partitions with a replica on its rack (keeping 
 balance and the co-partitioning of topics with the same partition count and subscribers),
 then the rest by plain ranges, as ``RangeAssignor.assignPartitions``. The round-robin
 assignor has no rack-aware form (neither has Java's).
+
+The sticky assignors (``"sticky"``, ``"cooperative-sticky"``) are :mod:`.sticky`'s port of
+``AbstractStickyAssignor``; their wrappers here take what members owned before
+(``member_data``) besides the subscriptions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Protocol
 
 from aiozkconsumer.errors import InvalidConfigError
 from aiozkconsumer.records import TopicPartition
 
+from .sticky import MemberData, cooperative_sticky_assign, sticky_assign
+
 __all__ = [
     "SUPPORTED_STRATEGIES",
     "GroupAssignment",
+    "COOPERATIVE_STRATEGIES",
     "GroupAssignor",
+    "MemberData",
     "PartitionRacks",
+    "CooperativeStickyAssignor",
+    "StickyAssignor",
     "RangeAssignor",
     "RoundRobinAssignor",
     "assign",
@@ -41,8 +52,13 @@ PartitionRacks = Mapping[str, Sequence[Collection[str]]]
 the Java assignor counts them, offline or not in the ISR included); brokers without a rack
 add none."""
 
-SUPPORTED_STRATEGIES: Final = ("range", "roundrobin")
+SUPPORTED_STRATEGIES: Final = ("range", "roundrobin", "sticky", "cooperative-sticky")
 """The ``partition.assignment.strategy`` names (the assignors' ``name()``) implemented here."""
+
+COOPERATIVE_STRATEGIES: Final = frozenset({"cooperative-sticky"})
+"""The assignors whose ``supportedProtocols()`` include ``COOPERATIVE`` (KIP-429): a member
+whose configured assignors are all cooperative rebalances incrementally
+(``ConsumerCoordinator``'s protocol selection)."""
 
 
 def _java_key(s: str) -> bytes:
@@ -113,6 +129,7 @@ class GroupAssignor(Protocol):
         *,
         member_racks: Mapping[str, str | None] | None = None,
         partition_racks: PartitionRacks | None = None,
+        member_data: Mapping[str, MemberData] | None = None,
     ) -> GroupAssignment:
         """Compute the group's assignment; see :func:`assign`."""
         ...
@@ -142,12 +159,14 @@ class RangeAssignor:
         *,
         member_racks: Mapping[str, str | None] | None = None,
         partition_racks: PartitionRacks | None = None,
+        member_data: Mapping[str, MemberData] | None = None,
     ) -> GroupAssignment:
         """Compute the group's assignment by ranges; arguments and errors as :func:`assign`.
 
         Returns:
             Member id -> its partitions, sorted; an entry for every member.
         """
+        del member_data  # not sticky
         group = _Group(subscriptions, partitions_per_topic, group_instance_ids)
         racks = {m: r for m, r in (member_racks or {}).items() if r}
         if racks:
@@ -189,13 +208,14 @@ class RoundRobinAssignor:
         *,
         member_racks: Mapping[str, str | None] | None = None,
         partition_racks: PartitionRacks | None = None,
+        member_data: Mapping[str, MemberData] | None = None,
     ) -> GroupAssignment:
         """Compute the group's assignment round robin; arguments and errors as :func:`assign`.
 
         Returns:
             Member id -> its partitions, sorted; an entry for every member.
         """
-        del member_racks, partition_racks  # RoundRobinAssignor has no rack-aware form
+        del member_racks, partition_racks, member_data  # no rack-aware form, not sticky
         group = _Group(subscriptions, partitions_per_topic, group_instance_ids)
         assignment = group.empty_assignment()
         circle = group.members
@@ -346,9 +366,75 @@ def _rack_aware_ranges(
     return assignment
 
 
+class _StickyBase:
+    """What the two sticky assignors share: the inputs gathered for :mod:`.sticky`."""
+
+    name: str = ""
+    _cooperative = False
+
+    def assign(
+        self,
+        subscriptions: Mapping[str, Collection[str]],
+        partitions_per_topic: Mapping[str, int],
+        group_instance_ids: Mapping[str, str | None] | None = None,
+        *,
+        member_racks: Mapping[str, str | None] | None = None,
+        partition_racks: PartitionRacks | None = None,
+        member_data: Mapping[str, MemberData] | None = None,
+    ) -> GroupAssignment:
+        """Compute the group's sticky assignment; arguments and errors as :func:`assign`.
+
+        Returns:
+            Member id -> its partitions, sorted; an entry for every member, in
+            ``MemberInfo`` order.
+        """
+        group = _Group(subscriptions, partitions_per_topic, group_instance_ids)
+        known = member_data or {}
+        racks = member_racks or {}
+        members = {
+            m: dataclasses.replace(
+                known.get(m) or MemberData(frozenset()),
+                topics=group.subscriptions[m],
+                rack=racks.get(m) or None,
+            )
+            for m in group.members
+        }
+        run = cooperative_sticky_assign if self._cooperative else sticky_assign
+        result = run(members, partitions_per_topic, partition_racks)
+        return {
+            m: sorted(result.assignment[m], key=lambda tp: (_java_key(tp.topic), tp.partition))
+            for m in group.members
+        }
+
+
+class StickyAssignor(_StickyBase):
+    """Kafka-clients' ``StickyAssignor`` (KIP-54, name ``"sticky"``, eager): balanced, and
+    keeping as much of what each member owned as balance allows (the previous assignment and
+    its generation come in each member's user data, ``StickyAssignorUserData``). With C0 and
+    C1 on t0, t1 of 3 partitions: C0 ``[t0p0, t0p2, t1p1]``, C1 ``[t0p1, t1p0, t1p2]``; when
+    C2 joins, C0 and C1 each give one up (C0 keeps ``[t0p0, t1p1]``, C1 ``[t0p1, t1p0]``) and
+    C2 gets ``[t0p2, t1p2]`` (:func:`.sticky.sticky_assign`).
+    """
+
+    name: Final = "sticky"
+
+
+class CooperativeStickyAssignor(_StickyBase):
+    """Kafka-clients' ``CooperativeStickyAssignor`` (KIP-429, name ``"cooperative-sticky"``):
+    the sticky assignment, less what moves between members (revoked first, given in the
+    follow-up rebalance); members send what they own in the subscription's
+    ``owned_partitions`` with their generation (:func:`.sticky.cooperative_sticky_assign`).
+    """
+
+    name: Final = "cooperative-sticky"
+    _cooperative = True
+
+
 _ASSIGNORS: Final[Mapping[str, GroupAssignor]] = {
     RangeAssignor.name: RangeAssignor(),
     RoundRobinAssignor.name: RoundRobinAssignor(),
+    StickyAssignor.name: StickyAssignor(),
+    CooperativeStickyAssignor.name: CooperativeStickyAssignor(),
 }
 
 
@@ -360,6 +446,7 @@ def assign(
     *,
     member_racks: Mapping[str, str | None] | None = None,
     partition_racks: PartitionRacks | None = None,
+    member_data: Mapping[str, MemberData] | None = None,
 ) -> GroupAssignment:
     """Compute the group leader's assignment with the strategy the coordinator chose.
 
@@ -379,7 +466,12 @@ def assign(
         member_racks: member id -> its ``client.rack`` (from its subscription, v3), ``None``
             or ``""`` for none. Default: no racks (plain assignment).
         partition_racks: topic -> per partition the racks of its replicas
-            (:data:`PartitionRacks`), for the range assignor's rack-aware form (KIP-881).
+            (:data:`PartitionRacks`), for the rack-aware forms (KIP-881) of the range and
+            sticky assignors.
+        member_data: (sticky assignors) member id -> what it owned before and in which
+            generation (:class:`~aiozkconsumer.group.sticky.MemberData`; its ``topics`` and
+            ``rack`` are taken from ``subscriptions`` and ``member_racks``); a member
+            missing here owned nothing. Range and roundrobin ignore it.
 
     Returns:
         Member id -> its partitions, sorted by topic then partition; every member of
@@ -404,4 +496,5 @@ def assign(
         group_instance_ids,
         member_racks=member_racks,
         partition_racks=partition_racks,
+        member_data=member_data,
     )

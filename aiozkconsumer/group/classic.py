@@ -11,9 +11,15 @@ LeaveGroup on shutdown. As in ``AbstractCoordinator``/``ConsumerCoordinator``
   member (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``), by a metadata change of the
   subscription (a partition-count change, a new topic matching a pattern) and by the
   leader's assignment snapshot going stale while it assigned;
-- ``onJoinPrepare``: before (re)joining, the member commits its consumed offsets, calls the
-  listener and gives up every partition (the classic protocol is eager: a member joining
-  stops the group's fetching while it rebalances);
+- ``onJoinPrepare``: before (re)joining, an eager member (range, roundrobin, sticky: the
+  classic protocol's original form) commits its consumed offsets, calls the listener and
+  gives up every partition, so a member joining stops the group's fetching while it
+  rebalances; a cooperative member (KIP-429: every configured assignor is
+  ``cooperative-sticky``) keeps fetching what it owns, sends it in its subscription
+  (``owned_partitions``, with its generation), gives up after SyncGroup only what is no
+  longer assigned to it and, if it gave up anything, rejoins at once ("need to revoke
+  partitions and re-join", ``ConsumerCoordinator.onJoinComplete``) so the follow-up
+  rebalance can give those partitions to their new owners;
 - rebalances stay one serialized task, as in ZooKeeper mode;
 - static membership (KIP-345, ``group.instance.id``): every group request carries the
   instance id; a static member does not send LeaveGroup on shutdown (``maybeLeaveGroup``
@@ -43,15 +49,21 @@ from ..kafka.group import (
     GroupClient,
     GroupRequestError,
     decode_assignment,
-    decode_subscription,
     encode_assignment,
     encode_subscription,
-    subscription_rack,
+    parse_subscription,
 )
 from ..kafka.replicas import replica_racks
-from .assignors import assign
+from ..records import TopicPartition
+from .assignors import COOPERATIVE_STRATEGIES, assign
 from .base import GroupMember
 from .state import MemberEvent, MemberState
+from .sticky import (
+    MemberData,
+    encode_cooperative_user_data,
+    encode_sticky_user_data,
+    member_data,
+)
 
 __all__ = ["METADATA_REFRESH_MS", "KafkaCoordinator"]
 
@@ -73,6 +85,9 @@ class KafkaCoordinator(GroupMember):
         member_id: the id the coordinator gave (``""`` before the first join).
         generation: the group generation of the current membership (-1: none).
         protocol: the assignor the group chose; leader: the leader's member id.
+        cooperative: whether this member rebalances cooperatively (KIP-429): every assignor
+            of ``partition.assignment.strategy`` supports it (``cooperative-sticky``), as the
+            Java client's ``ConsumerCoordinator`` picks the protocol all its assignors share.
 
     And the attributes of :class:`~aiozkconsumer.group.base.GroupMember`.
     """
@@ -90,6 +105,11 @@ class KafkaCoordinator(GroupMember):
         self.leader: str | None = None
         self._metadata_snapshot: dict[str, int] | None = None
         self._members: tuple[str, ...] = ()
+        self._strategies = self.config.assignment_strategies
+        self.cooperative = all(s in COOPERATIVE_STRATEGIES for s in self._strategies)
+        # The last assignment and its generation (the sticky assignors' onAssignment state).
+        self._assigned: list[TopicPartition] | None = None
+        self._assigned_generation = -1
 
     @property
     def generation(self) -> int:
@@ -103,12 +123,43 @@ class KafkaCoordinator(GroupMember):
     # -- the rebalance -------------------------------------------------------------------
 
     async def _begin(self, totals: list[int]) -> None:
-        """``onJoinPrepare``: commit, call the listener, give every partition up (eager)."""
+        """``onJoinPrepare``: eager, commit, call the listener and give every partition up;
+        cooperative, give up only partitions of topics no longer subscribed, or everything
+        when the membership was lost (no generation: the partitions may be someone else's)."""
         self.machine.handle(MemberEvent.JOIN)  # no heartbeat from here on
         owned = self.ownership.owned()
-        if owned:
-            released = await self.handover.release(owned, commit=self.generation >= 0)
-            totals[1] = len(released)
+        if not owned:
+            return
+        if self.cooperative and self.generation >= 0 and self.member_id:
+            subscribed = set(self.subscribed_topics())
+            owned = tuple(tp for tp in owned if tp.topic not in subscribed)
+            if not owned:
+                return
+        released = await self.handover.release(owned, commit=self.generation >= 0)
+        totals[1] += len(released)
+
+    def _subscription(self, strategy: str, topics: list[str]) -> bytes:
+        """The JoinGroup metadata of one assignor (``ConsumerCoordinator.metadata``): the
+        subscription with the assignor's user data (``subscriptionUserData``), what this
+        member owns (a cooperative member; an eager one gave everything up) and its
+        generation."""
+        rack = self.config.client_rack
+        if strategy == "sticky":
+            user_data = None
+            if self._assigned is not None:
+                user_data = encode_sticky_user_data(self._assigned, self._assigned_generation)
+            return encode_subscription(
+                topics, rack=rack, user_data=user_data, generation=self.generation
+            )
+        if strategy == "cooperative-sticky":
+            return encode_subscription(
+                topics,
+                rack=rack,
+                user_data=encode_cooperative_user_data(self._assigned_generation),
+                owned_partitions=self.ownership.owned() if self.cooperative else (),
+                generation=self.generation,
+            )
+        return encode_subscription(topics, rack=rack)
 
     async def _attempt(self, totals: list[int]) -> None:
         """One JoinGroup + SyncGroup, then take the assignment."""
@@ -120,12 +171,7 @@ class KafkaCoordinator(GroupMember):
             self.member_id,
             session_timeout_ms=cfg.session_timeout_ms,
             rebalance_timeout_ms=cfg.max_poll_interval_ms,
-            protocols=[
-                (
-                    cfg.partition_assignment_strategy,
-                    encode_subscription(topics, rack=cfg.client_rack),
-                )
-            ],
+            protocols=[(name, self._subscription(name, topics)) for name in self._strategies],
         )
         self.member_id = joined.member_id
         self.generation = joined.generation
@@ -163,9 +209,20 @@ class KafkaCoordinator(GroupMember):
             if now != snapshot:
                 log.info("[%s] metadata changed while assigning: rejoining", self.consumer_id)
                 self.request_rebalance("metadata changed while the leader assigned")
-        kept, _, acquired = await self._take(mine, always_tell_listener=True)
+        kept, released, acquired = await self._take(mine, always_tell_listener=True)
         totals[0], totals[2] = kept, acquired
+        totals[1] += released
+        self._assigned, self._assigned_generation = mine, joined.generation
         self.machine.handle(MemberEvent.SYNCED)
+        if self.cooperative and released:
+            # ConsumerCoordinator.onJoinComplete (COOPERATIVE): what this member gave up is
+            # owned by nobody until the next rebalance hands it to its new owner.
+            log.info(
+                "[%s] gave up %d partitions: rejoining so that they are reassigned",
+                self.consumer_id,
+                released,
+            )
+            self.request_rebalance("need to revoke partitions and re-join")
 
     def _attempt_failed(self, e: GroupRequestError) -> bool:
         if e.code == UNKNOWN_MEMBER_ID:
@@ -185,13 +242,26 @@ class KafkaCoordinator(GroupMember):
         subscriptions: dict[str, list[str]] = {}
         instance_ids: dict[str, str | None] = {}
         racks: dict[str, str | None] = {}
+        owned: dict[str, MemberData] = {}
+        sticky = protocol in ("sticky", "cooperative-sticky")
         for member_id, instance_id, metadata in members:
             try:
-                subscriptions[member_id] = decode_subscription(metadata)
-                racks[member_id] = subscription_rack(metadata)
+                sub = parse_subscription(metadata)
             except ValueError as e:
                 log.error("[%s] member %s sent %s: it gets nothing", self.consumer_id, member_id, e)
                 subscriptions[member_id] = []
+            else:
+                subscriptions[member_id] = list(sub.topics)
+                racks[member_id] = sub.rack
+                if sticky:
+                    owned[member_id] = member_data(
+                        protocol,
+                        sub.topics,
+                        user_data=sub.user_data,
+                        owned_partitions=sub.owned_partitions,
+                        generation_id=sub.generation_id,
+                        rack=sub.rack,
+                    )
             instance_ids[member_id] = instance_id
         self._members = tuple(sorted(subscriptions))
         all_topics = sorted({t for topics in subscriptions.values() for t in topics})
@@ -207,6 +277,7 @@ class KafkaCoordinator(GroupMember):
             instance_ids,
             member_racks=racks,
             partition_racks=partition_racks,
+            member_data=owned,
         )
         return [(m, encode_assignment(tps)) for m, tps in sorted(plan.items())], counts
 

@@ -66,8 +66,10 @@ __all__ = [
     "LeaveGroupRequest_v3",
     "MembersLeaveGroupRequest",
     "PROTOCOL_TYPE",
+    "ConsumerSubscription",
     "GroupClient",
     "StaticMemberOffsetsChannel",
+    "parse_subscription",
     "decode_assignment",
     "decode_subscription",
     "subscription_rack",
@@ -184,20 +186,49 @@ def _string(value: str) -> bytes:
     return struct.pack(">h", len(raw)) + raw
 
 
-def encode_subscription(topics: Iterable[str], *, rack: str | None = None) -> bytes:
+def encode_subscription(
+    topics: Iterable[str],
+    *,
+    rack: str | None = None,
+    user_data: bytes | None = None,
+    owned_partitions: Iterable[TopicPartition] = (),
+    generation: int = -1,
+) -> bytes:
     """``ConsumerProtocolSubscription`` of ``topics`` (what Java members decode).
 
-    Without a rack, v0 (topics, no user data). With ``client.rack``, v3 (KIP-881, as the Java
-    client 3.5+ sends it), so that a rack-aware assignor of a Java leader can use it: topics,
-    user data (null), owned partitions (none: this member is eager and gives everything up
-    before it joins), generation id (-1) and the rack id.
+    With nothing but topics, v0 (topics, empty user data), as before. With anything more
+    (``client.rack``, a sticky assignor's user data, owned partitions, a generation), v3, the
+    version the Java client 3.5+ sends (``ConsumerProtocol.serializeSubscription``): topics,
+    user data, owned partitions (v1+, KIP-429: what a cooperative member keeps through the
+    rebalance), generation id (v2+) and rack id (v3+, KIP-881).
+
+    Args:
+        topics: the subscribed topics (sent sorted, once each).
+        rack: ``client.rack``, ``None`` for none.
+        user_data: the assignor's user data (``None``: null).
+        owned_partitions: what the member owns now (an eager member owns nothing at join).
+        generation: the generation of the member's current membership (-1: none).
+
+    Returns:
+        The subscription bytes of one JoinGroup protocol.
     """
     names = sorted(set(topics))
-    if rack is None:
+    owned = sorted(set(owned_partitions))
+    if rack is None and user_data is None and not owned and generation < 0:
         return bytes(ConsumerProtocolMemberMetadata(0, names, b"").encode())
     parts = [struct.pack(">hi", 3, len(names)), *(_string(t) for t in names)]
-    parts.append(struct.pack(">iii", -1, 0, -1))  # user data null, no owned, generation -1
-    parts.append(_string(rack))
+    if user_data is None:
+        parts.append(struct.pack(">i", -1))
+    else:
+        parts.append(struct.pack(">i", len(user_data)) + user_data)
+    by_topic: dict[str, list[int]] = {}
+    for tp in owned:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    parts.append(struct.pack(">i", len(by_topic)))
+    for topic, ps in by_topic.items():
+        parts.append(_string(topic) + struct.pack(f">i{len(ps)}i", len(ps), *ps))
+    parts.append(struct.pack(">i", generation))
+    parts.append(struct.pack(">h", -1) if rack is None else _string(rack))
     return b"".join(parts)
 
 
@@ -214,13 +245,35 @@ def decode_subscription(data: bytes) -> list[str]:
     return list(meta.subscription)
 
 
-def subscription_rack(data: bytes) -> str | None:
-    """The ``rack_id`` of a member's subscription (v3+, KIP-881: what a Java 3.5+ member with
-    ``client.rack`` sends), ``None`` for an earlier version, a null or an empty rack.
+@dataclass(frozen=True)
+class ConsumerSubscription:
+    """Every field of a ``ConsumerProtocolSubscription`` (what the leader reads).
 
-    The layout of ``ConsumerProtocolSubscription``: version (int16), topics (array of
-    string), user data (nullable bytes); v1+ owned partitions (array of topic, array of
-    int32); v2+ generation id (int32); v3+ rack id (nullable string).
+    Attributes:
+        version: the version the member wrote (0-3).
+        topics: the subscribed topics.
+        user_data: the assignor's user data, ``None`` when null.
+        owned_partitions: v1+: what the member owns (a cooperative member's kept partitions).
+        generation_id: v2+: the generation of its membership; ``None`` before v2.
+        rack: v3+: its ``client.rack``; ``None`` for an earlier version, a null or an empty
+            rack.
+    """
+
+    version: int
+    topics: tuple[str, ...]
+    user_data: bytes | None
+    owned_partitions: tuple[TopicPartition, ...]
+    generation_id: int | None
+    rack: str | None
+
+
+def parse_subscription(data: bytes) -> ConsumerSubscription:
+    """Decode a member's ``ConsumerProtocolSubscription`` of any version.
+
+    The layout: version (int16), topics (array of string), user data (nullable bytes); v1+
+    owned partitions (array of topic, array of int32); v2+ generation id (int32); v3+ rack
+    id (nullable string). A version above 3 is read as 3 (later fields are appended, and
+    ``ConsumerProtocol.deserializeSubscription`` reads what it knows).
 
     Raises:
         ValueError: the bytes end before a field of their version.
@@ -230,7 +283,7 @@ def subscription_rack(data: bytes) -> str | None:
 
     def take(n: int) -> memoryview:
         nonlocal at
-        if at + n > len(view):
+        if n < 0 or at + n > len(view):
             raise ValueError("a consumer subscription ends early")
         chunk = view[at : at + n]
         at += n
@@ -249,18 +302,33 @@ def subscription_rack(data: bytes) -> str | None:
         return None if n < 0 else bytes(take(n)).decode("utf-8")
 
     version = int16()
-    if version < 3:
-        return None
-    for _ in range(max(0, int32())):  # topics
-        string()
-    n = int32()  # user data
-    if n > 0:
-        take(n)
-    for _ in range(max(0, int32())):  # owned partitions
-        string()
-        take(4 * max(0, int32()))
-    int32()  # generation id
-    return string() or None
+    if version < 0:
+        raise ValueError(f"a consumer subscription of version {version}")
+    topics = tuple(t or "" for t in (string() for _ in range(max(0, int32()))))
+    n = int32()
+    user_data = None if n < 0 else bytes(take(n))
+    owned: list[TopicPartition] = []
+    generation: int | None = None
+    rack: str | None = None
+    if version >= 1:
+        for _ in range(max(0, int32())):
+            topic = string() or ""
+            owned.extend(TopicPartition(topic, int32()) for _ in range(max(0, int32())))
+    if version >= 2:
+        generation = int32()
+    if version >= 3:
+        rack = string() or None
+    return ConsumerSubscription(version, topics, user_data, tuple(owned), generation, rack)
+
+
+def subscription_rack(data: bytes) -> str | None:
+    """The ``rack_id`` of a member's subscription (v3+, KIP-881: what a Java 3.5+ member with
+    ``client.rack`` sends), ``None`` for an earlier version, a null or an empty rack.
+
+    Raises:
+        ValueError: the bytes end before a field of their version.
+    """
+    return parse_subscription(data).rack
 
 
 def encode_assignment(tps: Iterable[TopicPartition]) -> bytes:

@@ -71,12 +71,12 @@ def test_range_uneven_subscriptions() -> None:
 
 
 def test_names() -> None:
-    assert SUPPORTED_STRATEGIES == ("range", "roundrobin")
+    assert SUPPORTED_STRATEGIES == ("range", "roundrobin", "sticky", "cooperative-sticky")
     assert RangeAssignor.name == RangeAssignor().name == "range"
     assert RoundRobinAssignor.name == RoundRobinAssignor().name == "roundrobin"
 
 
-@pytest.mark.parametrize("strategy", ["sticky", "cooperative-sticky", "Range", ""])
+@pytest.mark.parametrize("strategy", ["Sticky", "cooperative_sticky", "Range", ""])
 def test_unknown_strategy(strategy: str) -> None:
     with pytest.raises(InvalidConfigError) as info:
         assign(strategy, {"C0": ["t0"]}, {"t0": 1})
