@@ -53,6 +53,21 @@ def _sample(offsets: Sequence[int]) -> tuple[int, ...]:
     return tuple(offsets[:_SAMPLE])
 
 
+def _outside(begin: float, end: float, windows: Sequence[tuple[float, float]]) -> float:
+    """Seconds of ``[begin, end]`` outside the ``windows`` (sorted ``(start, end)`` pairs)."""
+    total, at = 0.0, begin
+    for w_start, w_end in windows:
+        if w_end <= at:
+            continue
+        if w_start >= end:
+            break
+        total += max(0.0, w_start - at)
+        at = max(at, w_end)
+        if at >= end:
+            return total
+    return total + max(0.0, end - at)
+
+
 class Checker:
     """The state of one check: built from the inputs, fed the events, then finished."""
 
@@ -64,6 +79,8 @@ class Checker:
         liveness_slack_s: float,
         commit_interval_ms: int | None = None,
         faults: Sequence[InjectedFault] | None = None,
+        acked_at: Mapping[TopicPartitionKey, Mapping[int, float]] | None = None,
+        stall_bound_s: float | None = None,
     ) -> None:
         self.produced = produced
         self.partitions = {tp: PartitionLog.build(pairs) for tp, pairs in produced.records.items()}
@@ -73,6 +90,10 @@ class Checker:
         self.liveness_slack_s = liveness_slack_s
         self.commit_interval_ms = commit_interval_ms
         self.faults = None if faults is None else list(faults)
+        self.acked_at = acked_at
+        self.stall_bound_s = (
+            self.session_timeout_s + liveness_slack_s if stall_bound_s is None else stall_bound_s
+        )
         self.expiries: list[SessionExpiry] = []
         self.handovers: list[Handover] = []
         self.restarts: list[ZookeeperRestart] = []
@@ -410,6 +431,8 @@ class Checker:
         self.check_handovers()
         if self.faults is not None:
             self.check_zookeeper_restarts(self.faults)
+        if self.acked_at is not None:
+            self.check_stalls(self.acked_at)
 
     def check_ownership(self) -> None:
         by_tp: dict[TopicPartitionKey, list[Epoch]] = {}
@@ -487,6 +510,62 @@ class Checker:
                 partition=tp[1],
                 ts=deadline,
             )
+
+    def check_stalls(self, acked_at: Mapping[TopicPartitionKey, Mapping[int, float]]) -> None:
+        """``stalled``: an owner that hands out nothing of its partition for longer than the
+        bound while a record of it waits (acknowledged, not yet handed out by this epoch).
+
+        Each epoch is walked from its start through its deliveries to its end; in each gap the
+        record waiting is the one after the epoch's last delivery (from the claim offset at
+        first), waiting from its acknowledgement. Time inside a fault's window (from its
+        injection to ``session timeout + liveness slack`` after its heal: the group
+        rebalances and members restart then) does not count.
+        """
+        bound = self.stall_bound_s
+        slack = self.session_timeout_s + self.liveness_slack_s
+        excluded = sorted((f.started_ts, f.ended_ts + slack) for f in self.faults or ())
+        by_epoch: dict[int, list[Delivery]] = {}
+        for d in self.deliveries:
+            by_epoch.setdefault(d.epoch.id, []).append(d)
+        for epoch in self.epochs:
+            log, acks = self.partitions.get(epoch.tp), acked_at.get(epoch.tp)
+            if log is None or not acks:
+                continue
+            deliveries = sorted(by_epoch.get(epoch.id, ()), key=lambda d: d.ts)
+            end = epoch.end
+            if not math.isfinite(end):
+                end = deliveries[-1].ts if deliveries else epoch.start
+            # The gaps: (when it ended, the index waiting after it; None for the last).
+            gaps: list[tuple[float, int | None]] = [
+                (d.ts, log.index[d.last] + 1) for d in deliveries
+            ]
+            gaps.append((end, None))
+            waiting = log.first_index_at_or_after(max(self.claim_start(epoch), 0))
+            since = epoch.start
+            worst: tuple[float, float, int] | None = None  # (stalled s, from, offset)
+            for until, next_index in gaps:
+                if waiting < len(log.offsets):
+                    acked = acks.get(log.offsets[waiting])
+                    if acked is not None:
+                        begin = max(since, acked)
+                        stalled = _outside(begin, until, excluded)
+                        if stalled > bound and (worst is None or stalled > worst[0]):
+                            worst = (stalled, begin, log.offsets[waiting])
+                if next_index is not None:
+                    waiting = max(waiting, next_index)
+                since = max(since, until)
+            if worst is not None:
+                stalled, begin, offset = worst
+                self.flag(
+                    AnomalyKind.STALLED,
+                    f"handed out nothing for {stalled:.1f} s (bound {bound:.1f} s) while offset "
+                    f"{offset} waited, from {begin:.3f} (generation {epoch.generation})",
+                    topic=epoch.tp[0],
+                    partition=epoch.tp[1],
+                    member=epoch.member,
+                    ts=begin,
+                    offsets=(offset,),
+                )
 
     def check_handovers(self) -> None:
         by_tp: dict[TopicPartitionKey, list[Epoch]] = {}

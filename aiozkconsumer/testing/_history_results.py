@@ -36,6 +36,7 @@ class AnomalyKind(enum.StrEnum):
     OWNERSHIP_OVERLAP = "ownership_overlap"
     UNOWNED_DELIVERY = "unowned_delivery"
     LIVENESS = "liveness"
+    STALLED = "stalled"
     INCONSISTENT = "inconsistent"
     DUPLICATE_WINDOW_EXCEEDED = "duplicate_window_exceeded"
     SESSION_EXPIRED_BY_SHORT_ZOOKEEPER_RESTART = "session_expired_by_short_zookeeper_restart"

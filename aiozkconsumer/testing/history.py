@@ -117,6 +117,14 @@ log must be owned again by ``last_fault_ts + session_timeout_ms / 1000 + livenes
 epoch must start by then and end after ``last_fault_ts``. (A killed member's epochs end at its
 last event, before the kill, so they do not count.)
 
+``stalled`` (a liveness rule within an epoch). Given ``acked_at`` (when each record was
+acknowledged), an owner must not hand out nothing of its partition for longer than
+``stall_bound_s`` (default ``T + liveness_slack_s``) while a record of it waits: acknowledged,
+at or after the epoch's claim offset, and after its last delivery. Time inside a fault's window
+(from its injection to ``T + liveness_slack_s`` after its heal) does not count. It catches a
+healthy owner that stops handing out one partition while the others flow (a fetch loop holding
+the partition back); one anomaly per epoch, its longest stall.
+
 ``inconsistent`` (Jepsen's ``:inconsistent-offsets``; validates the broker and the harness). A
 ``consumed`` event names an offset that is not in the produced log, a ``first``/``last`` value
 that differs from the produced value at that offset, or a range that is empty or whose
@@ -228,6 +236,8 @@ def check_history(
     liveness_slack_s: float = 5,
     commit_interval_ms: int | None = None,
     faults: Sequence[InjectedFault] | None = None,
+    acked_at: Mapping[TopicPartitionKey, Mapping[int, float]] | None = None,
+    stall_bound_s: float | None = None,
 ) -> CheckResult:
     """Check a history of a consumer group against the produced log.
 
@@ -252,6 +262,11 @@ def check_history(
             ``session_expired_by_short_zookeeper_restart`` and gives each hand-over its
             fault kind. Default ``None``: neither (the history is checked as without a
             nemesis log; an empty list means "no fault was injected").
+        acked_at: ``{(topic, partition): {offset: time.time() of its acknowledgement}}``;
+            enables ``stalled`` (records without a time are not judged). Default ``None``.
+        stall_bound_s: how long an owner may hand out nothing of its partition while a
+            record of it waits, outside the faults' windows; default the session timeout
+            plus ``liveness_slack_s``.
 
     Returns:
         The anomalies found and the history's counts.
@@ -276,6 +291,8 @@ def check_history(
         liveness_slack_s,
         commit_interval_ms=commit_interval_ms,
         faults=faults,
+        acked_at=acked_at,
+        stall_bound_s=stall_bound_s,
     )
     checker.run(events)
     checker.finish()

@@ -715,6 +715,56 @@ def test_liveness_is_not_checked_without_a_fault_time() -> None:
     assert result.ok, result.summary()
 
 
+# -- stalled ---------------------------------------------------------------------------------
+
+# Partitions 0 and 1 (20 records each) are acknowledged one record a second from t=0; member a
+# owns both from t=0.1. Partition 1 flows. Partition 0 hands out offsets 0..4 by t=5, then
+# nothing until t=25 (offset 5 waited from t=5): a 20 s stall against a bound of
+# T + slack = 3 + 5 = 8 s.
+ACKED = {(T, p): {o: float(o) for o in range(20)} for p in (0, 1)}
+
+
+def _stall_history(resume_ts: float) -> list[dict[str, Any]]:
+    events = [startup(0, "a"), assigned(0.1, "a", {0: -1, 1: -1})]
+    events += [consumed(o + 0.2, "a", 1, o, o) for o in range(20)]
+    events += [consumed(o + 0.2, "a", 0, o, o) for o in range(5)]
+    events += [consumed(max(resume_ts, o + 0.2), "a", 0, o, o) for o in range(5, 20)]
+    return [*events, shutdown(max(resume_ts, 20) + 1, "a")]
+
+
+def test_a_partition_stalled_while_its_records_wait_is_flagged() -> None:
+    result = check(produced({0: 20, 1: 20}), _stall_history(25), acked_at=ACKED)
+    only(result, AnomalyKind.STALLED)
+    (stall,) = result.by_kind()[AnomalyKind.STALLED]
+    assert (stall.partition, stall.member, stall.offsets) == (0, "a", (5,))
+    assert "for 20.0 s" in stall.message
+
+
+def test_a_short_pause_and_a_history_without_ack_times_are_not_stalls() -> None:
+    assert check(produced({0: 20, 1: 20}), _stall_history(12), acked_at=ACKED).ok
+    assert check(produced({0: 20, 1: 20}), _stall_history(25)).ok  # not judged
+    # A tighter bound flags the 7 s pause.
+    tight = check(produced({0: 20, 1: 20}), _stall_history(12), acked_at=ACKED, stall_bound_s=5)
+    only(tight, AnomalyKind.STALLED)
+
+
+def test_nothing_waiting_is_no_stall() -> None:
+    """The records after offset 4 were acknowledged only at t=24: the owner had nothing to
+    hand out of partition 0 until then."""
+    late = {**ACKED, (T, 0): {o: (float(o) if o < 5 else 24.0) for o in range(20)}}
+    assert check(produced({0: 20, 1: 20}), _stall_history(25), acked_at=late).ok
+
+
+def test_a_stall_inside_a_faults_window_is_not_counted() -> None:
+    """A fault from t=6 to t=10 covers the stall up to 10 + 8 = 18 s: 7 s are left, under
+    the bound."""
+    fault = InjectedFault("broker_restart", 6.0, 10.0)
+    result = check(
+        produced({0: 20, 1: 20}), _stall_history(25), acked_at=ACKED, faults=[fault]
+    )
+    assert AnomalyKind.STALLED not in kinds(result), result.summary()
+
+
 # -- inconsistent ----------------------------------------------------------------------------
 
 

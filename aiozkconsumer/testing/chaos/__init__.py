@@ -305,6 +305,7 @@ async def run_chaos(
             liveness_slack_s=liveness_slack_s,
             commit_interval_ms=config.commit_interval_ms,
             faults=injected,
+            acked_at=run.acked_at,
         )
     )
     phase("check")

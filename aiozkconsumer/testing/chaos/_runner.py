@@ -122,6 +122,9 @@ class Run:
         self.commits: dict[int, tuple[float, int]] = {}
         self.produce_lock = anyio.Lock()
         self.acked: list[tuple[str, int, int, str]] = []
+        self.acked_at: dict[tuple[str, int], dict[int, float]] = {}
+        """``{(topic, partition): {offset: time.time() of its acknowledgement}}``: from then
+        the record waits for its owner (the checker's ``stalled`` rule)."""
         self.produce_failures = 0
         self.respawn = True
         self.produced = anyio.Event()
@@ -315,11 +318,13 @@ class Run:
                 f.cancel()
             return False
         failed = 0
+        now = time.time()
         for (p, value), meta in zip(values, outcomes, strict=True):
             if isinstance(meta, BaseException):
                 failed += 1
                 continue
             self.acked.append((self.topic, p, int(meta.offset), value))
+            self.acked_at.setdefault((self.topic, p), {})[int(meta.offset)] = now
         if failed:
             self.produce_failures += 1
             log.warning("%d records of a chunk were not acknowledged", failed)
