@@ -297,7 +297,9 @@ class ConsumerConnector:
         self.cluster = cluster
         """Where brokers, topics and partitions come from, and the Kafka client."""
         self.offset_store = offset_store
-        self.interceptors = Interceptors.from_config(config.interceptor_classes, interceptors)
+        self.interceptors = Interceptors.from_config(
+            config.interceptor_classes, interceptors, config=config
+        )
         """The consumer interceptors (``interceptor.classes`` and the constructor's)."""
         self.metrics = ConsumerMetrics(config.effective_client_id, config.group_id)
         """The original's metrics (``snapshot()``, ``collector()`` for Prometheus)."""
@@ -818,6 +820,8 @@ class ConsumerConnector:
             if self.closing:
                 return
             self._set_state(ConnectorState.REBALANCING)
+            history = self.coordinator.history
+            before = history[-1] if history else None
             try:
                 await self._rebalance(reason)
             except (ConsumerRebalanceFailedError, ZookeeperError, ConsumerError) as e:
@@ -829,9 +833,20 @@ class ConsumerConnector:
                     raise
                 log.error("[%s] %s", self.consumer_id_string, e)
                 return
+            finally:
+                self._tell_rebalanced(before)
             if not self.closing:
                 self._last_error = None
                 self._set_state(ConnectorState.RUNNING)
+
+    def _tell_rebalanced(self, before: RebalanceRecord | None) -> None:
+        """Give the interceptors' ``on_rebalance`` the rebalance just recorded, if any (none
+        when the attempt was cut short before the coordinator recorded it)."""
+        if not self.interceptors.observes_rebalances:
+            return
+        history = self.coordinator.history
+        if history and history[-1] is not before:
+            self.interceptors.on_rebalance(history[-1])
 
     async def _rebalance_worker(self) -> None:
         while True:

@@ -7,21 +7,31 @@ connector's shutdown (``close``). ``Interceptors`` is the chain a connector buil
 an interceptor that raises is logged and skipped, so a faulty interceptor never loses records
 nor stops the consumer.
 
+Beyond the Java interface, an interceptor may have any of three optional hooks, found by name
+when the chain is built: ``configure(config)`` (the Java client's ``Configurable``: the
+connector's ``ConsumerConfig``, once), ``on_poll()`` (the reader asks for its next record or
+batch: what it was handed before is done with) and ``on_rebalance(record)`` (a rebalance
+ended, its ``RebalanceRecord``). The tracing of ``aiozkconsumer.tracing`` is built on them.
+
 Pure: no I/O and no asyncio; the methods are synchronous because they run on the record hot
 path.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import pkgutil
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from .errors import InvalidConfigError
-from .records import MessageAndMetadata, TopicPartition
+from .records import MessageAndMetadata, RebalanceRecord, TopicPartition
+
+if TYPE_CHECKING:
+    from .config import ConsumerConfig
 
 __all__ = ["ConsumerInterceptor", "Interceptors"]
 
@@ -29,6 +39,7 @@ log = logging.getLogger(__name__)
 
 _CONFIG_KEY = "interceptor.classes"
 _METHODS = ("on_consume", "on_commit", "close")
+_OPTIONAL = ("configure", "on_poll", "on_rebalance")
 
 
 @runtime_checkable
@@ -39,6 +50,19 @@ class ConsumerInterceptor(Protocol):
     All three methods are synchronous and run on the consumer's event loop, ``on_consume``
     once per record or batch handed out: they must not block (no network or disk waits, no
     ``time.sleep``). An exception from any of them is logged and otherwise ignored.
+
+    Optional hooks, called when the interceptor has them (synchronous too, and never
+    required):
+
+    - ``configure(config: ConsumerConfig) -> None``: once, when the connector builds its
+      chain, with the connector's configuration (the Java client's ``Configurable``). An
+      exception fails the connector's construction (``InvalidConfigError``).
+    - ``on_poll() -> None``: each time the reader asks for its next record or batch
+      (``__anext__``, ``next_batch``), before it waits: the records handed out before are
+      done with. Not called while records an interceptor added are still being handed out.
+      Called only by streams that run interceptors.
+    - ``on_rebalance(record: RebalanceRecord) -> None``: after each rebalance, succeeded or
+      failed, with what it did; runs in the task that rebalanced.
     """
 
     def on_consume(self, records: list[MessageAndMetadata]) -> list[MessageAndMetadata]:
@@ -83,7 +107,9 @@ def _fault(interceptor: object) -> str | None:
     if missing:
         return "lacks " + ", ".join(missing)
     asynchronous = [
-        m for m in _METHODS if inspect.iscoroutinefunction(getattr(interceptor, m, None))
+        m
+        for m in (*_METHODS, *_OPTIONAL)
+        if inspect.iscoroutinefunction(getattr(interceptor, m, None))
     ]
     if asynchronous:
         return "has async " + ", ".join(asynchronous) + " (interceptor methods must be sync)"
@@ -103,11 +129,11 @@ class Interceptors:
         items: the interceptors, in the order they run.
 
     Raises:
-        TypeError: an item lacks ``on_consume``, ``on_commit`` or ``close``, or one of them is
-            a coroutine function.
+        TypeError: an item lacks ``on_consume``, ``on_commit`` or ``close``, or one of them
+            (or an optional hook it has) is a coroutine function.
     """
 
-    __slots__ = ("_closed", "_items", "_named")
+    __slots__ = ("_closed", "_items", "_named", "_pollers", "_rebalance_observers")
 
     def __init__(self, items: Sequence[ConsumerInterceptor] = ()) -> None:
         for item in items:
@@ -116,22 +142,32 @@ class Interceptors:
                 raise TypeError(f"{_qualified_name(item)} is not a ConsumerInterceptor: {fault}")
         self._items: tuple[ConsumerInterceptor, ...] = tuple(items)
         self._named = tuple((item, _qualified_name(item)) for item in self._items)
+        self._pollers = _having(self._named, "on_poll")
+        self._rebalance_observers = _having(self._named, "on_rebalance")
         self._closed = False
 
     @classmethod
     def from_config(
-        cls, spec: str | None, extra: Sequence[ConsumerInterceptor] = ()
+        cls,
+        spec: str | None,
+        extra: Sequence[ConsumerInterceptor] = (),
+        *,
+        config: ConsumerConfig | None = None,
     ) -> Interceptors:
         """Build the chain ``interceptor.classes`` names, followed by ``extra``.
 
         Each comma-separated name is ``module:Class`` or ``module.Class`` (``Class`` may be
         dotted after a colon, for a nested class); the module is imported and the class built
-        with no arguments, as the Java client's ``getConfiguredInstances``. If one fails, those
+        with no arguments, as the Java client's ``getConfiguredInstances``. Then, given
+        ``config``, every interceptor of the chain that has a ``configure`` method is
+        configured with it (the Java client configures what it builds). If one fails, those
         already built are closed before the error is raised.
 
         Args:
             spec: ``interceptor.classes``; ``None`` or blank for none.
             extra: interceptors given in code, run after the configured ones.
+            config: the connector's configuration, for the interceptors' ``configure``;
+                ``None``: ``configure`` is not called.
 
         Returns:
             The chain; falsy when there is no interceptor at all.
@@ -139,8 +175,9 @@ class Interceptors:
         Raises:
             InvalidConfigError: (key ``interceptor.classes``) a name is empty or malformed,
                 its module cannot be imported, it names no attribute of the module or
-                something other than a class, building it with no arguments raised, or the
-                instance is not a ``ConsumerInterceptor`` (lacks a method or has an async one).
+                something other than a class, building it with no arguments raised, the
+                instance is not a ``ConsumerInterceptor`` (lacks a method or has an async one),
+                or an interceptor's ``configure`` raised.
             TypeError: an item of ``extra`` is not a ``ConsumerInterceptor``.
         """
         chain = cls(extra)  # checks extra before anything is built
@@ -148,6 +185,9 @@ class Interceptors:
         built: list[ConsumerInterceptor] = []
         try:
             built.extend(_build(name) for name in names)
+            if config is not None:
+                for item in (*built, *chain._items):
+                    _configure(item, config)
         except InvalidConfigError:
             cls(built).close()
             raise
@@ -161,6 +201,39 @@ class Interceptors:
     def items(self) -> tuple[ConsumerInterceptor, ...]:
         """The interceptors, in the order they run."""
         return self._items
+
+    @property
+    def polls(self) -> bool:
+        """Whether some interceptor has an ``on_poll`` hook."""
+        return bool(self._pollers)
+
+    @property
+    def observes_rebalances(self) -> bool:
+        """Whether some interceptor has an ``on_rebalance`` hook."""
+        return bool(self._rebalance_observers)
+
+    def on_poll(self) -> None:
+        """Tell the interceptors with an ``on_poll`` hook that the reader asks for records.
+
+        Errors are logged at WARNING (with the traceback) and otherwise ignored.
+        """
+        for item, name in self._pollers:
+            try:
+                item.on_poll()
+            except Exception:
+                log.warning("interceptor %s failed in on_poll", name, exc_info=True)
+
+    def on_rebalance(self, record: RebalanceRecord) -> None:
+        """Tell the interceptors with an ``on_rebalance`` hook that a rebalance ended.
+
+        Args:
+            record: what the rebalance did (the coordinator's newest history entry).
+        """
+        for item, name in self._rebalance_observers:
+            try:
+                item.on_rebalance(record)
+            except Exception:
+                log.warning("interceptor %s failed in on_rebalance", name, exc_info=True)
 
     def on_consume(self, records: list[MessageAndMetadata]) -> list[MessageAndMetadata]:
         """Pass ``records`` through every interceptor's ``on_consume``, in order.
@@ -228,6 +301,48 @@ class Interceptors:
         return f"<Interceptors [{names}]{' closed' if self._closed else ''}>"
 
 
+def _having(named: tuple[tuple[Any, str], ...], hook: str) -> tuple[tuple[Any, str], ...]:
+    """The ``(interceptor, name)`` pairs of ``named`` that have the optional ``hook``."""
+    return tuple((item, name) for item, name in named if callable(getattr(item, hook, None)))
+
+
+def _configure(interceptor: object, config: ConsumerConfig) -> None:
+    """Call ``interceptor.configure(config)`` if it has the hook.
+
+    Raises:
+        InvalidConfigError: (key ``interceptor.classes``) ``configure`` raised.
+    """
+    configure = getattr(interceptor, "configure", None)
+    if not callable(configure):
+        return
+    try:
+        configure(config)
+    except Exception as e:
+        raise InvalidConfigError(
+            _CONFIG_KEY,
+            f"interceptor {_qualified_name(interceptor)} failed in configure: "
+            f"{type(e).__name__}: {e}",
+        ) from e
+
+
+def _hidden_import_error(name: str) -> ImportError | None:
+    """The ``ImportError`` of the module part of a ``module.Class`` name, if it has one.
+
+    ``pkgutil.resolve_name`` imports a dotted name's module part by part and turns a part
+    that fails to import into an ``AttributeError``, hiding why (e.g. an optional extra that
+    is not installed, whose module names it).
+    """
+    if ":" in name:
+        return None
+    try:
+        importlib.import_module(name.rpartition(".")[0])
+    except ImportError as e:
+        return e
+    except Exception:
+        return None
+    return None
+
+
 def _build(name: str) -> ConsumerInterceptor:
     """Import and build the interceptor class ``name`` (``module:Class`` or ``module.Class``).
 
@@ -245,9 +360,12 @@ def _build(name: str) -> ConsumerInterceptor:
     except Exception as e:
         # Covers a missing module or attribute, a malformed name, and errors the module
         # raises while being imported.
+        hidden = _hidden_import_error(name) if isinstance(e, AttributeError) else None
+        cause: Exception = hidden or e
         raise InvalidConfigError(
-            _CONFIG_KEY, f"cannot load interceptor class {name!r}: {type(e).__name__}: {e}"
-        ) from e
+            _CONFIG_KEY,
+            f"cannot load interceptor class {name!r}: {type(cause).__name__}: {cause}",
+        ) from cause
     if not isinstance(target, type):
         raise InvalidConfigError(
             _CONFIG_KEY,

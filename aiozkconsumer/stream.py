@@ -621,7 +621,8 @@ class InterceptingIterator:
     ``onConsume`` runs after the position moved); when everything is removed the iterator
     keeps waiting. Extra records an interceptor returns are kept, in order, and handed out
     first by the next calls, even after a rebalance clears the stream (their offsets were
-    already consumed).
+    already consumed). Interceptors with an ``on_poll`` hook are told each time the reader
+    asks the underlying iterator for more (not while kept records are handed out).
 
     Args:
         iterator: the stream's ``ConsumerIterator``.
@@ -636,12 +637,16 @@ class InterceptingIterator:
             from an earlier call are handed out first.
     """
 
-    __slots__ = ("_buffer", "_interceptors", "_iterator")
+    __slots__ = ("_buffer", "_interceptors", "_iterator", "_on_poll")
 
     def __init__(self, iterator: ConsumerIterator, interceptors: Interceptors) -> None:
         self._iterator = iterator
         self._interceptors = interceptors
         self._buffer: deque[MessageAndMetadata] = deque()
+        # Bound once: most chains have no on_poll hook and pay nothing for it.
+        self._on_poll: Callable[[], None] | None = (
+            interceptors.on_poll if interceptors.polls else None
+        )
 
     def __aiter__(self) -> InterceptingIterator:
         return self
@@ -664,6 +669,8 @@ class InterceptingIterator:
         if buffer:
             self._iterator._polled_at = _monotonic()
             return buffer.popleft()
+        if self._on_poll is not None:
+            self._on_poll()
         on_consume = self._interceptors.on_consume
         started = _monotonic()
         while True:
@@ -683,6 +690,8 @@ class InterceptingIterator:
         """
         buffer = self._buffer
         if not buffer:
+            if self._on_poll is not None:
+                self._on_poll()
             on_consume = self._interceptors.on_consume
             started = _monotonic()
             while True:

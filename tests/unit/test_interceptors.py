@@ -358,3 +358,94 @@ def test_from_config_rejects_bad_extra() -> None:
 
     with pytest.raises(TypeError):
         Interceptors.from_config("_interceptor_fixtures:Recording", [LacksClose()])  # type: ignore[list-item]
+
+
+# -- the optional hooks: configure, on_poll, on_rebalance -----------------------------------
+
+
+class Hooked(Recording):
+    """Has every optional hook and remembers the calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.configured: list[object] = []
+        self.polls = 0
+        self.rebalances: list[object] = []
+
+    def configure(self, config: object) -> None:
+        self.configured.append(config)
+
+    def on_poll(self) -> None:
+        self.polls += 1
+
+    def on_rebalance(self, record: object) -> None:
+        self.rebalances.append(record)
+
+
+class FailingHooks(Hooked):
+    def on_poll(self) -> None:
+        raise RuntimeError("on_poll broke")
+
+    def on_rebalance(self, record: object) -> None:
+        raise RuntimeError("on_rebalance broke")
+
+
+def test_configure_gets_the_config_of_built_and_given_interceptors() -> None:
+    from aiozkconsumer.config import ConsumerConfig
+
+    config = ConsumerConfig(group_id="g", zookeeper_connect="127.0.0.1:2181")
+    given = Hooked()
+    chain = Interceptors.from_config("_interceptor_fixtures:Recording", [given], config=config)
+    assert given.configured == [config]
+    assert chain.polls and chain.observes_rebalances
+    assert not Interceptors([Recording()]).polls
+    Interceptors.from_config(None, [given])  # no config: configure is not called
+    assert given.configured == [config]
+
+
+def test_a_failing_configure_is_a_config_error_and_closes_what_was_built() -> None:
+    from aiozkconsumer.config import ConsumerConfig
+
+    class BadConfigure(Hooked):
+        def configure(self, config: object) -> None:
+            raise ValueError("no tracer")
+
+    given = BadConfigure()
+    config = ConsumerConfig(group_id="g", zookeeper_connect="127.0.0.1:2181")
+    with pytest.raises(InvalidConfigError, match="failed in configure: ValueError: no tracer"):
+        Interceptors.from_config(None, [given], config=config)
+
+
+def test_an_async_optional_hook_is_refused() -> None:
+    class AsyncPoll(Recording):
+        async def on_poll(self) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="async on_poll"):
+        Interceptors([AsyncPoll()])
+
+
+def test_on_poll_and_on_rebalance_errors_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    after = Hooked()
+    chain = Interceptors([FailingHooks(), after])
+    with caplog.at_level(logging.WARNING, LOGGER):
+        chain.on_poll()
+        chain.on_rebalance("record")  # type: ignore[arg-type]
+    assert after.polls == 1 and after.rebalances == ["record"]
+    assert "failed in on_poll" in caplog.text and "failed in on_rebalance" in caplog.text
+
+
+async def test_on_poll_runs_before_each_ask_of_the_underlying_iterator() -> None:
+    hooked = Hooked()
+    queue, info, stream = setup(Twice(), hooked)
+    queue.put_nowait(chunk(info, 0, 2))
+    queue.put_nowait(SHUTDOWN_COMMAND)
+    polls = [hooked.polls async for _ in stream]
+    # Twice doubles each record: the copy kept in the buffer goes out without an ask.
+    assert polls == [1, 1, 2, 2]
+    assert hooked.polls == 3  # the last ask met the end of the stream
+    queue, info, stream = setup(hooked)
+    queue.put_nowait(chunk(info, 0, 3))
+    queue.put_nowait(SHUTDOWN_COMMAND)
+    assert [len(b) async for b in stream.batches(2)] == [2, 1]
+    assert hooked.polls == 3 + 3
