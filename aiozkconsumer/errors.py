@@ -35,6 +35,9 @@ __all__ = [
     "OffsetFetchError",
     "OffsetOutOfRangeError",
     "OffsetStorageError",
+    "RecordDecodeError",
+    "SchemaRegistryError",
+    "UnknownSchemaError",
     "UnknownTopicError",
     "UnreleasedInstanceIdError",
     "UnsupportedCodecError",
@@ -541,3 +544,78 @@ class UnsupportedCodecError(ConsumerError):
         self.last_offset = last_offset
         self.codec = codec
         self.package = package
+
+
+class SchemaRegistryError(ConsumerError):
+    """The Schema Registry could not be asked: unreachable, refused the credentials, or
+    answered with an error other than "no such schema".
+
+    The URL in the message and in :attr:`url` never carries credentials.
+
+    Attributes:
+        url: the registry's base URL (credentials removed).
+        status: the HTTP status of the answer, ``None`` when there was none.
+        reason: what failed.
+    """
+
+    def __init__(self, url: str, reason: str, *, status: int | None = None) -> None:
+        where = f"schema registry {url}"
+        super().__init__(f"{where}: HTTP {status}: {reason}" if status else f"{where}: {reason}")
+        self.url = url
+        self.status = status
+        self.reason = reason
+
+
+class RecordDecodeError(ConsumerError, ValueError):
+    """A record's key or value could not be decoded with its schema: the bytes are not in
+    the Confluent wire format (magic byte 0, a 4-byte schema id, the payload), the payload
+    does not parse with the schema, or it fails the JSON Schema validation.
+
+    Attributes:
+        topic: the record's topic, ``None`` when decoded without its coordinates (a
+            ``value_decoder`` is given the bytes only).
+        partition: the record's partition, or ``None`` likewise.
+        offset: the record's offset, or ``None`` likewise.
+        schema_id: the schema id of the wire format header, ``None`` when the header
+            itself is unreadable.
+        reason: what failed.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        schema_id: int | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        where = "record"
+        if topic is not None:
+            where = f"record at offset {offset} of partition [{topic},{partition}]"
+        schema = f" (schema id {schema_id})" if schema_id is not None else ""
+        super().__init__(f"cannot decode {where}{schema}: {reason}")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.schema_id = schema_id
+        self.reason = reason
+
+    def at(self, topic: str, partition: int, offset: int) -> RecordDecodeError:
+        """The same error, naming the record's coordinates.
+
+        Args:
+            topic: the record's topic.
+            partition: its partition.
+            offset: its offset.
+
+        Returns:
+            A new error of the same class.
+        """
+        return type(self)(
+            self.reason, schema_id=self.schema_id, topic=topic, partition=partition, offset=offset
+        )
+
+
+class UnknownSchemaError(RecordDecodeError, LookupError):
+    """The registry has no schema with the record's schema id (Confluent error 40403)."""
