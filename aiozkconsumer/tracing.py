@@ -62,7 +62,7 @@ OTEL_EXTRA: Final = "aiozkconsumer[otel]"
 SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.27.0"
 """The semantic conventions the attribute names follow (messaging, 1.27.0)."""
 
-# Attribute names of the messaging semantic conventions (1.27; tests/unit/test_tracing.py
+# Attribute names of the messaging semantic conventions (1.27; tests/unit/test_tracing_unit.py
 # checks them against opentelemetry-semantic-conventions). Spelled out here so that the API
 # alone is enough at run time.
 MESSAGING_SYSTEM: Final = "messaging.system"
