@@ -189,8 +189,10 @@ class KafkaConsumerConnector(ConsumerConnector):
             self.coordinator = KafkaCoordinator(
                 self._member_parts(), group=self.group, request_rebalance=self.request_rebalance
             )
-        machine = self.coordinator.machine
-        self.committer.auto_commit_paused = lambda: machine.rebalancing
+            # The classic protocol refuses commits between JoinGroup and SyncGroup; a
+            # cooperative member still owns partitions then.
+            machine = self.coordinator.machine
+            self.committer.auto_commit_paused = lambda: machine.rebalancing
 
     def _generation_and_member(self) -> tuple[int, str]:
         return self.coordinator.commit_generation()

@@ -84,10 +84,13 @@ async def azk_member(
     from aiozkconsumer import ConsumerConfig, create_connector
 
     member_id = f"s{slot}-{uuid.uuid4().hex[:6]}"
-    if args.mode == "azk-kafka":
+    if args.mode in ("azk-kafka", "azk-kafka-coop"):
         config = ConsumerConfig(
             group_id=args.group,
             group_coordinator="kafka",
+            partition_assignment_strategy=(
+                "cooperative-sticky" if args.mode == "azk-kafka-coop" else "range"
+            ),
             bootstrap_servers=args.bootstrap_server,
             consumer_id=member_id,
             auto_offset_reset="largest",

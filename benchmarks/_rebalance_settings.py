@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 
-CLASSIC_MODES = ("azk", "azk-kafka", "original", "aiokafka")
+CLASSIC_MODES = ("azk", "azk-kafka", "azk-kafka-coop", "original", "aiokafka")
+# aiozkconsumer with group.coordinator=kafka: eager range, and cooperative-sticky (KIP-429).
+AZK_KAFKA_MODES = ("azk-kafka", "azk-kafka-coop")
 # group.protocol=consumer (KIP-848): Kafka 4.x brokers only (--kafka 4.3).
 CONSUMER_PROTOCOL_MODES = ("azk-consumer", "java-consumer", "confluent-consumer")
 MODES = CLASSIC_MODES + CONSUMER_PROTOCOL_MODES
@@ -44,7 +46,7 @@ def kafka_timeouts(args: argparse.Namespace) -> list[str]:
 def heartbeat_ms(mode: str, args: argparse.Namespace) -> int | None:
     """The heartbeat interval of a Kafka-coordinated mode (``None``: ZooKeeper modes); the
     ``consumer``-protocol modes get the broker's ``group.consumer.heartbeat.interval.ms``."""
-    if mode == "azk-kafka":
+    if mode in AZK_KAFKA_MODES:
         return int(args.kafka_heartbeat_ms)
     if mode == "aiokafka":
         return int(args.aiokafka_heartbeat_ms)
@@ -76,7 +78,7 @@ def event_jitter_ms(mode: str, args: argparse.Namespace) -> int:
 def session_ms(mode: str, args: argparse.Namespace) -> int | None:
     """The session timeout of a Kafka-coordinated mode (``None``: ZooKeeper modes); the
     ``consumer``-protocol modes get the broker's."""
-    if mode == "azk-kafka":
+    if mode in AZK_KAFKA_MODES:
         return int(args.kafka_session_ms)
     if mode == "aiokafka":
         return int(args.aiokafka_session_ms)

@@ -36,6 +36,9 @@ Modes (``--modes``):
   the classic protocol through the broker's group coordinator, eager: every rebalance
   releases everything; ``range`` assignor), session ``--kafka-session-ms`` (10 s) and
   heartbeat ``--kafka-heartbeat-ms`` (1 s). No ZooKeeper: no "from ids" and no owner nodes.
+- ``azk-kafka-coop``: as ``azk-kafka`` with ``partition.assignment.strategy=cooperative-sticky``
+  (KIP-429: members keep fetching what they own through the rebalance and give up only what
+  moves; a follow-up rebalance hands that to its new owner, so "settled" is after it).
 - ``aiokafka``: ``AIOKafkaConsumer.subscribe()`` with Kafka's group coordinator (eager
   protocol: every rebalance revokes everything; its default round-robin assignor), session
   ``--aiokafka-session-ms`` and heartbeat ``--aiokafka-heartbeat-ms`` (aiokafka's defaults,

@@ -19,6 +19,7 @@ from _support import Seen, drain
 
 from aiozkconsumer import ConsumerConfig, create_connector
 from aiozkconsumer.base_connector import ConsumerConnector
+from aiozkconsumer.group.classic import KafkaCoordinator
 from aiozkconsumer.subscription import ConsumerThreadId
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.testing.java_member import JavaConsumerMember
@@ -68,6 +69,12 @@ async def _produce(cluster: LocalCluster, topic: str, first: int, n: int) -> Non
     )
 
 
+def _member(c: ConsumerConnector) -> KafkaCoordinator:
+    member = c.coordinator
+    assert isinstance(member, KafkaCoordinator)
+    return member
+
+
 def _owned(c: ConsumerConnector) -> set[int]:
     return {tp.partition for tp in c.statistics().owned_partitions}
 
@@ -97,14 +104,14 @@ async def test_a_joiner_takes_only_what_moves(
             tg.start_soon(drain, streams[topic][0], 0, seen)
             await seen.wait_until(lambda: len(seen.pairs) == PARTITIONS * FIRST)
             assert _owned(first) == set(range(PARTITIONS))
-            history_before = len(first.coordinator.history)
+            history_before = len(_member(first).history)
             async with create_connector(_config(cluster, group, strategy)) as second:
                 streams2 = await second.create_message_streams({topic: 1})
                 tg.start_soon(drain, streams2[topic][0], 1, seen)
                 await _until(
                     lambda: (
                         len(_owned(first)) == len(_owned(second)) == PARTITIONS // 2
-                        and not first.coordinator.machine.rebalancing
+                        and not _member(first).machine.rebalancing
                     )
                 )
                 kept, moved = _owned(first), _owned(second)
@@ -112,11 +119,11 @@ async def test_a_joiner_takes_only_what_moves(
                     # Eager: the join made the first member give everything up.
                     assert first_listener.all == set(range(PARTITIONS))
                 else:
-                    assert first.coordinator.cooperative and second.coordinator.cooperative
+                    assert _member(first).cooperative and _member(second).cooperative
                     # Only what moved was given up; the kept partitions never stopped.
                     assert first_listener.all == moved
                     assert not first_listener.all & kept
-                    records = list(first.coordinator.history)[history_before:]
+                    records = list(_member(first).history)[history_before:]
                     assert sum(r.released for r in records) == len(moved)
                     assert any(r.kept == len(kept) for r in records)
                     assert "need to revoke partitions and re-join" in {r.reason for r in records}
@@ -126,7 +133,7 @@ async def test_a_joiner_takes_only_what_moves(
                 # One rebalance for the join, plus the cooperative follow-up; no churn (a
                 # commit refused during the join must not make the member drop and rejoin).
                 expected = 3 if strategy == "cooperative-sticky" else 2
-                assert first.coordinator.generation == second.coordinator.generation == expected
+                assert _member(first).generation == _member(second).generation == expected
                 tg.cancel_scope.cancel()
     assert len(seen.pairs) == len(set(seen.pairs)) == PARTITIONS * (FIRST + MORE)
 
@@ -184,3 +191,49 @@ async def test_a_java_cooperative_sticky_member_shares_the_group(
     assert ours_pairs | set(java_pairs) == {
         (p, o) for p in range(PARTITIONS) for o in range(FIRST + MORE)
     }
+
+
+async def test_ours_joins_a_java_cooperative_sticky_leader(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    # The Java member leads: its CooperativeStickyAssignor reads our subscription, and it
+    # revokes (only) what moves to us, then rejoins; we take those in the follow-up.
+    cluster, topic, group = zk_kafka_cluster, unique_topic, unique_group_id
+    await cluster.create_topic(topic, PARTITIONS)
+    await _produce(cluster, topic, 0, FIRST)
+    seen = Seen()
+    listener = Releases()
+    async with JavaConsumerMember(
+        cluster, group, [topic], assignor="cooperative-sticky", commit="sync"
+    ) as java:
+        await java.wait_for_assignment(lambda tps: len(tps) == PARTITIONS, 90)
+        await java.wait_for(lambda records: len(records) == PARTITIONS * FIRST, timeout_s=60)
+        async with create_connector(_config(cluster, group, "cooperative-sticky")) as ours:
+            ours.set_consumer_rebalance_listener(listener)
+            streams = await ours.create_message_streams({topic: 1})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain, streams[topic][0], 0, seen)
+                await _until(
+                    lambda: (
+                        len(_owned(ours)) == PARTITIONS // 2
+                        and len(java.assigned_partitions()) == PARTITIONS // 2
+                    )
+                )
+                mine = _owned(ours)
+                revoked = {
+                    tp.partition
+                    for a in java.assignments
+                    if a.change in ("revoked", "lost")
+                    for tp in a.changed
+                }
+                assert revoked == mine
+                assert not any(a.change == "lost" for a in java.assignments)
+                assert listener.all == set()
+                await _produce(cluster, topic, FIRST, MORE)
+                wanted = {(p, o) for p in mine for o in range(FIRST, FIRST + MORE)}
+                await seen.wait_until(lambda: set(seen.pairs) >= wanted)
+                tg.cancel_scope.cancel()
+        java_pairs = [(r.partition, r.offset) for r in java.records]
+    # Ours starts where the Java member committed on revocation: nothing twice.
+    assert sorted(seen.pairs) == sorted(wanted)
+    assert not set(seen.pairs) & set(java_pairs)
