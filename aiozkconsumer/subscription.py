@@ -40,6 +40,7 @@ __all__ = [
     "construct_topic_count",
     "make_consumer_thread_ids_per_topic",
     "normalise_regex",
+    "broker_side_regex",
 ]
 
 INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -312,6 +313,54 @@ class Blacklist(TopicFilter):
         if exclude_internal_topics and topic in INTERNAL_TOPICS:
             return False
         return not self.matches(topic)
+
+
+_NOT_RE2J: Final = re.compile(
+    r"""
+    \\[1-9]             # a backreference
+    | \\k<              # a named backreference
+    | \(\?[=!]          # lookahead
+    | \(\?<[=!]         # lookbehind
+    | \(\?>             # an atomic group
+    | [*+?}]\+          # a possessive quantifier
+    | \\[ZGpPQE]        # \Z, \G, Unicode classes by \p, quoting: not in RE2/J's syntax
+    """,
+    re.VERBOSE,
+)
+"""Java ``Pattern`` constructs RE2/J (the broker's regex engine, KIP-848) does not read."""
+
+
+def broker_side_regex(topic_filter: TopicFilter, exclude_internal_topics: bool) -> str | None:
+    """The regex a ``group.protocol=consumer`` member sends the broker for ``topic_filter``
+    (``SubscribedTopicRegex``), or ``None`` when the member resolves it itself and sends the
+    matching topic names (pure).
+
+    KIP-848: the group coordinator matches the regex (RE2/J, in full, as Java's
+    ``String.matches``) against the cluster's topics and assigns the matches, new topics
+    included, without the member refreshing its metadata. Resolved here instead:
+
+    - a :class:`Blacklist` (the broker takes only a regex of topics to include);
+    - a regex with constructs RE2/J lacks (backreferences, lookaround, atomic groups,
+      possessive quantifiers, ``\\Z``, ``\\G``, ``\\p{..}``, ``\\Q..\\E``): the Java
+      client, too, sends only an RE2/J ``SubscriptionPattern`` to the broker;
+    - with ``exclude.internal.topics`` (the default), a regex that matches an internal
+      topic's name (:data:`INTERNAL_TOPICS`): the broker would assign it.
+
+    Args:
+        topic_filter: the wildcard subscription.
+        exclude_internal_topics: ``exclude.internal.topics``.
+
+    Returns:
+        The normalised regex, or ``None``.
+    """
+    if not isinstance(topic_filter, Whitelist):
+        return None
+    regex = topic_filter.regex
+    if _NOT_RE2J.search(regex):
+        return None
+    if exclude_internal_topics and any(topic_filter.matches(t) for t in INTERNAL_TOPICS):
+        return None
+    return regex
 
 
 # --------------------------------------------------------------------------------------------

@@ -142,6 +142,10 @@ class GroupMember:
         tc = self.topic_count()
         if tc is None:
             return 1
+        if isinstance(tc, WildcardTopicCount):
+            # Every topic shares the wildcard's streams, one the member has not listed yet
+            # too (a broker-side regex assigns new topics before the member sees them).
+            return tc.num_streams
         ids = tc.get_consumer_thread_ids_per_topic().get(topic)
         return max(1, len(ids)) if ids else 1
 

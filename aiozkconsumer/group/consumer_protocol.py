@@ -5,8 +5,11 @@ The second Kafka-coordinated member beside the classic :mod:`.classic`, on the s
 ``ConsumerMembershipManager`` (kafka-clients 4.x):
 
 - the member generates its member id (KIP-1082) and joins with ``ConsumerGroupHeartbeat``
-  at member epoch 0, sending its subscription (topic names) and, if configured, the server
-  assignor (``group.remote.assignor``); the broker computes the assignment;
+  at member epoch 0, sending its subscription and, if configured, the server assignor
+  (``group.remote.assignor``); the broker computes the assignment. The subscription is the
+  topic names, or a wildcard's regex (``SubscribedTopicRegex``) when the broker can match it
+  (RE2/J, a Whitelist that names no internal topic: :func:`~aiozkconsumer.subscription.
+  broker_side_regex`): the broker then assigns new matching topics by itself;
 - a heartbeat task runs at the interval the broker gives; an answer with an assignment
   (the whole set the member may use now) asks the connector's rebalance worker to reconcile;
 - reconciliation is incremental: what the broker took away is revoked (fetching stops, the
@@ -56,6 +59,7 @@ from ..kafka.consumer_group import (
 from ..kafka.group import GroupRequestError
 from ..ownership import partitions_by_topic
 from ..records import TopicPartition
+from ..subscription import WildcardTopicCount, broker_side_regex
 from .base import GroupMember
 from .state import MemberEvent, MemberState
 
@@ -144,12 +148,14 @@ class ConsumerProtocolCoordinator(GroupMember):
                     topic_id = self._topic_ids.get(topic)
                     if topic_id is not None:
                         owned.append((topic_id, sorted(parts)))
+            regex = self.broker_side_regex()
             request = ConsumerGroupHeartbeatRequest(
                 cfg.group_id,
                 self.member_id,
                 epoch,
                 rebalance_timeout_ms=cfg.max_poll_interval_ms,
-                subscribed_topic_names=self.subscribed_topics(),
+                subscribed_topic_names=None if regex is not None else self.subscribed_topics(),
+                subscribed_topic_regex=regex,
                 server_assignor=cfg.group_remote_assignor,
                 topic_partitions=owned,
                 # Sent with every heartbeat (ConsumerHeartbeatRequestManager.HeartbeatState).
@@ -174,6 +180,16 @@ class ConsumerProtocolCoordinator(GroupMember):
                 self._assignment = result.assignment
                 self._assignment_new = True
             return result
+
+    def broker_side_regex(self) -> str | None:
+        """The regex sent as ``SubscribedTopicRegex`` (KIP-848): a wildcard subscription's
+        when the broker can match it (:func:`~aiozkconsumer.subscription.broker_side_regex`);
+        ``None``: the topic names are sent (a static subscription, or a pattern resolved
+        here)."""
+        tc = self.topic_count()
+        if not isinstance(tc, WildcardTopicCount):
+            return None
+        return broker_side_regex(tc.topic_filter, self.config.exclude_internal_topics)
 
     def _on_fenced(self, e: GroupRequestError) -> None:
         log.warning("[%s] fenced by the group coordinator: %s", self.consumer_id, e)
@@ -273,7 +289,9 @@ class ConsumerProtocolCoordinator(GroupMember):
             return None
         unknown = [tid for tid in assignment if tid not in self._topic_names]
         if unknown:
-            ids = await self.group.topic_ids(self.subscribed_topics() or None)
+            # A broker-side regex assigns topics this member may not have seen: ask for all.
+            known = None if self.broker_side_regex() is not None else self.subscribed_topics()
+            ids = await self.group.topic_ids(known or None)
             self._topic_names.update(ids)
             self._topic_ids.update({name: tid for tid, name in ids.items()})
             unknown = [tid for tid in assignment if tid not in self._topic_names]

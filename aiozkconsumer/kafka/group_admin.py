@@ -90,6 +90,10 @@ class DescribedMember:
             for a ``consumer`` group's member (see ``partitions``).
         partitions: a ``consumer`` group member's assigned partitions, sorted; empty for a
             classic member (decode ``assignment``).
+        subscribed_topic_names: a ``consumer`` group member's subscription by name, as the
+            coordinator holds it; empty for a classic member.
+        subscribed_topic_regex: a ``consumer`` group member's regex subscription (KIP-848),
+            ``None`` when it subscribed by name, and for a classic member.
     """
 
     member_id: str
@@ -98,6 +102,8 @@ class DescribedMember:
     host: str
     assignment: bytes | None = None
     partitions: tuple[TopicPartition, ...] = ()
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
 
 
 @dataclass(frozen=True)
@@ -424,7 +430,7 @@ def decode_consumer_group_describe(response: Any) -> list[DescribedGroup]:
     ) in response.groups:
         described = []
         for m in members:
-            member_id, instance_id, _rack, _member_epoch, client_id, host = m[:6]
+            member_id, instance_id, _rack, _member_epoch, client_id, host, names, regex = m[:8]
             assignment = m[8]
             tps = sorted(
                 TopicPartition(str(name), int(p))
@@ -438,6 +444,8 @@ def decode_consumer_group_describe(response: Any) -> list[DescribedGroup]:
                     client_id=str(client_id),
                     host=str(host),
                     partitions=tuple(tps),
+                    subscribed_topic_names=tuple(str(n) for n in names or ()),
+                    subscribed_topic_regex=str(regex) if regex else None,  # the broker: ""
                 )
             )
         groups.append(

@@ -31,9 +31,11 @@ from aiozkconsumer.errors import InvalidConfigError
 from aiozkconsumer.group.consumer_protocol import ConsumerProtocolCoordinator
 from aiozkconsumer.kafka.client import KafkaClient
 from aiozkconsumer.kafka.consumer_group import ConsumerGroupClient, ConsumerGroupHeartbeatRequest
+from aiozkconsumer.kafka.group_admin import DescribedMember
 from aiozkconsumer.stream import KafkaStream
 from aiozkconsumer.subscription import ConsumerThreadId
 from aiozkconsumer.testing import LocalCluster
+from aiozkconsumer.tools.kafka_groups import KafkaGroupAdmin
 
 # -- configuration (no servers) -----------------------------------------------------------
 
@@ -350,9 +352,49 @@ async def test_a_pattern_subscription_follows_new_topics(
             tg.start_soon(_drain, s, "a", seen)
         await _until([a], lambda: _owned(a) == {TopicPartition(first, p) for p in range(2)})
         await seen.wait_for(3)
+        # The regex went to the broker (KIP-848's SubscribedTopicRegex), not the names.
+        (member,) = await _members(kraft_cluster, unique_group_id)
+        assert member.subscribed_topic_regex == f"{unique_topic}-.*"
+        assert member.subscribed_topic_names == ()
         await kraft_cluster.create_topic(second, 2)
         await kraft_cluster.produce_to_partitions(second, {1: [(b"k", b"w")] * 4, 0: []})
         # The topic list is followed; the broker assigns the new topic's partitions.
         await _until([a], lambda: len(_owned(a)) == 4)
         await seen.wait_for(7)
         tg.cancel_scope.cancel()
+
+
+async def _members(cluster: LocalCluster, group: str) -> tuple[DescribedMember, ...]:
+    """The group's members as its coordinator describes them (ConsumerGroupDescribe)."""
+    async with KafkaGroupAdmin(cluster.bootstrap_servers) as admin:
+        _, described = await admin._describe(group)
+    return described.members
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [("(?!{t}-b){t}-.*", "lookahead, not in RE2/J"), ("{t}-.*|__consumer_offsets", "internal")],
+    ids=["lookahead", "internal-topic"],
+)
+async def test_a_pattern_the_broker_cannot_match_is_resolved_here(
+    kraft_cluster: LocalCluster, unique_topic: str, unique_group_id: str, pattern: str, why: str
+) -> None:
+    """A Whitelist RE2/J cannot read, or one naming an internal topic (excluded here, but the
+    broker would assign it), is resolved by the member: the broker gets the names."""
+    first, second = f"{unique_topic}-a", f"{unique_topic}-b"
+    await kraft_cluster.create_topic(first, 1)
+    await kraft_cluster.create_topic(second, 1)
+    await kraft_cluster.produce_to_partitions(first, {0: [(b"k", b"v")] * 2})
+    seen = Deliveries()
+    config = consumer_config(kraft_cluster, unique_group_id)
+    whitelist = Whitelist(pattern.format(t=unique_topic))
+    async with create_connector(config) as a, anyio.create_task_group() as tg:
+        (stream,) = await a.create_message_streams_by_filter(whitelist, 1)
+        tg.start_soon(_drain, stream, "a", seen)
+        await seen.wait_for(2)
+        (member,) = await _members(kraft_cluster, unique_group_id)
+        tg.cancel_scope.cancel()
+    assert member.subscribed_topic_regex is None, why
+    expected = [first] if why.startswith("lookahead") else [first, second]
+    assert sorted(member.subscribed_topic_names) == expected

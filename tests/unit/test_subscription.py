@@ -15,6 +15,7 @@ from aiozkconsumer.subscription import (
     StaticTopicCount,
     Whitelist,
     WildcardTopicCount,
+    broker_side_regex,
     construct_topic_count,
     make_consumer_thread_ids_per_topic,
     normalise_regex,
@@ -287,3 +288,42 @@ def test_construct_empty_wildcard_or_unknown_pattern_is_static() -> None:
 def test_construct_wildcard_with_invalid_regex() -> None:
     with pytest.raises(InvalidTopicFilterError):
         construct_topic_count("c", Registration("white_list", {"a[": 1}), ["t"], True)
+
+
+# -- broker-side regex (KIP-848 SubscribedTopicRegex) -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "sent"),
+    [
+        ("orders-.*", "orders-.*"),
+        ("a, b", "a|b"),  # normalised as TopicFilter does
+        ("[a-z]+\\.events", "[a-z]+\\.events"),
+    ],
+)
+def test_a_whitelist_re2j_reads_goes_to_the_broker(raw: str, sent: str) -> None:
+    assert broker_side_regex(Whitelist(raw), exclude_internal_topics=True) == sent
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "(?!tmp-).*-events",  # lookahead
+        "(?<=a)b",  # lookbehind
+        "(a)\\1",  # backreference
+        "(?>ab)c",  # atomic group
+        "a++",  # possessive
+        "a*+b",
+        "a\\Z",
+    ],
+)
+def test_a_whitelist_re2j_cannot_read_is_resolved_here(raw: str) -> None:
+    assert broker_side_regex(Whitelist(raw), exclude_internal_topics=False) is None
+
+
+def test_internal_topics_and_blacklists_are_resolved_here() -> None:
+    # The broker would assign __consumer_offsets; exclude.internal.topics hides it here.
+    assert broker_side_regex(Whitelist(".*"), exclude_internal_topics=True) is None
+    assert broker_side_regex(Whitelist("__.*"), exclude_internal_topics=True) is None
+    assert broker_side_regex(Whitelist(".*"), exclude_internal_topics=False) == ".*"
+    assert broker_side_regex(Blacklist("tmp-.*"), exclude_internal_topics=True) is None
