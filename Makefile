@@ -18,6 +18,7 @@ setup: $(STAMP)
 
 jars: $(STAMP)
 	$(PY) -m aiozkconsumer.testing.provision --flavour all
+	$(PY) -m aiozkconsumer.testing.schema_registry
 
 demo: jars
 	$(VENV)/bin/aiozkconsumer demo

@@ -17,6 +17,7 @@ import time
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import click
@@ -32,6 +33,7 @@ from ..tools import GroupAdmin, KafkaGroupAdmin, parse_properties, random_consol
 from ..tools.console import (
     KCAT_TOKENS,
     ConsoleConsumer,
+    DecodedJsonFormatter,
     FdSink,
     JsonFormatter,
     KcatFormatter,
@@ -43,6 +45,10 @@ from ..tools.console import (
     StreamSink,
     parse_offset_spec,
 )
+
+if TYPE_CHECKING:
+    from ..schema_registry import SchemaRegistryDecoder
+
 from ._common import (
     NAME,
     CliError,
@@ -150,6 +156,32 @@ def _formatter(output: str, fmt: str | None, properties: tuple[str, ...]) -> Rec
         return MessageFormatter.from_properties(_key_values(properties, "--property"))
     except InvalidConfigError as e:
         raise click.UsageError(str(e)) from None
+
+
+def _value_decoding(
+    value_format: str | None, url: str | None, properties: tuple[str, ...]
+) -> SchemaRegistryDecoder | None:
+    """The Schema Registry decoder ``--value-format`` asks for, or ``None``."""
+    if value_format is None:
+        if url is not None or properties:
+            raise click.UsageError("--schema-registry needs --value-format")
+        return None
+    if url is None:
+        raise click.UsageError("--value-format needs --schema-registry URL")
+    try:
+        from ..schema_registry import SchemaRegistryClient, SchemaRegistryDecoder
+    except ImportError as e:  # pragma: no cover - the extra is missing
+        raise CliError(
+            f"--value-format needs the schema-registry extra "
+            f"(pip install 'aiozkconsumer[schema-registry]'): {e}",
+            ExitCode.USAGE,
+        ) from None
+    settings = {**_key_values(properties, "--schema-registry-property"), "url": url}
+    try:
+        registry = SchemaRegistryClient.from_properties(settings)
+    except InvalidConfigError as e:
+        raise click.UsageError(f"--schema-registry: {e}") from None
+    return SchemaRegistryDecoder(registry, value_format)
 
 
 def _stdout_sink(*, handoff: bool) -> OutputSink:
@@ -374,10 +406,35 @@ Example: --format '%t [%p] at offset %o: key %k: %s\\n'
     "'| head -3' commits exactly 3. --no-sync-pipe is faster but commits what a reader that "
     "exits left unread in the pipe.",
 )
+@click.option(
+    "--value-format",
+    "value_format",
+    type=click.Choice(["avro", "protobuf", "json-schema"]),
+    help="Decode each value from the Confluent Schema Registry wire format with its schema "
+    "from --schema-registry and print one JSON object a line, the decoded value as JSON "
+    "(needs the schema-registry extra). A value that does not decode ends the run with an "
+    "error naming its topic, partition and offset.",
+)
+@click.option(
+    "--schema-registry",
+    "schema_registry",
+    metavar="URL",
+    help="The Schema Registry's URL, for --value-format.",
+)
+@click.option(
+    "--schema-registry-property",
+    "schema_registry_property",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A registry client property (repeatable): basic.auth.user.info, "
+    "basic.auth.credentials.source, ssl.ca.location, ssl.certificate.location, "
+    "ssl.key.location.",
+)
 @cluster_options
 @click.pass_context
 def consume(
-    ctx: click.Context,    topic: str | None,
+    ctx: click.Context,
+    topic: str | None,
     whitelist: str | None,
     blacklist: str | None,
     group: str | None,
@@ -395,6 +452,9 @@ def consume(
     fmt: str | None,
     isolation_level: str | None,
     sync_pipe: bool,
+    value_format: str | None,
+    schema_registry: str | None,
+    schema_registry_property: tuple[str, ...],
     zookeeper: str,
     bootstrap_server: str | None,
     connect_timeout_ms: int,
@@ -408,6 +468,13 @@ def consume(
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --topic, --whitelist, --blacklist")
     formatter = _formatter(output.lower(), fmt, formatter_property)
+    decoding = _value_decoding(value_format, schema_registry, schema_registry_property)
+    if decoding is not None:
+        if fmt is not None or formatter_property:
+            raise click.UsageError(
+                "--value-format prints JSON: --format and --property do not apply"
+            )
+        formatter = DecodedJsonFormatter(value_format=decoding.format)
     if partition is not None or offset is not None:
         _consume_partition(
             topic=topic,
@@ -420,6 +487,7 @@ def consume(
             max_messages=max_messages,
             timeout_ms=timeout_ms,
             exit_at_end=exit_at_end,
+            decoding=decoding,
             config=_build_config(
                 zookeeper=zookeeper,
                 bootstrap_server=bootstrap_server,
@@ -487,6 +555,8 @@ def consume(
         exit_at_end=exit_at_end,
         end_offsets=end_offsets if exit_at_end else None,
     )
+    if decoding is not None:
+        consumer.decode = decoding.decode_batch
 
     def admin() -> _Admin:
         if config.kafka_coordinated and bootstrap_server:
@@ -549,6 +619,8 @@ def consume(
             if not exit_at_end:  # else kept open: partitions acquired later need their ends
                 await stack.aclose()
             group_id = consumer.config.group_id
+            if decoding is not None:
+                stack.push_async_callback(decoding.registry.close)
             try:
                 started = True
                 with _Stoppable(consumer.stop):
@@ -580,6 +652,7 @@ def _consume_partition(
     max_messages: int | None,
     timeout_ms: int | None,
     exit_at_end: bool,
+    decoding: SchemaRegistryDecoder | None,
     config: ConsumerConfig,
     zookeeper: str,
     bootstrap_server: str | None,
@@ -641,6 +714,8 @@ def _consume_partition(
                 exit_at_end=exit_at_end,
                 fetch_max_bytes=config.fetch_message_max_bytes,
             )
+            if decoding is not None:
+                reader.decode = decoding.decode_batch
             with _Stoppable(reader.stop):
                 await reader.run()
             if reader.output_closed:
@@ -648,6 +723,8 @@ def _consume_partition(
         finally:
             with anyio.CancelScope(shield=True):
                 await simple.close()
+                if decoding is not None:
+                    await decoding.registry.close()
 
     try:
         run_async(go)

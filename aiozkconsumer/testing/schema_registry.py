@@ -23,6 +23,7 @@ import logging
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -38,6 +39,7 @@ __all__ = [
     "APICURIO_VERSION",
     "POM_PATH",
     "LocalSchemaRegistry",
+    "main",
     "provision_schema_registry",
 ]
 
@@ -279,3 +281,22 @@ class LocalSchemaRegistry:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def main() -> int:
+    """``python -m aiozkconsumer.testing.schema_registry``: build the registry, print where.
+
+    Returns:
+        0 on success, 1 on a provisioning error (its message on stderr).
+    """
+    try:
+        home = provision_schema_registry(quiet=True)
+    except ProvisioningError as e:
+        sys.stderr.write(f"{e}\n")
+        return 1
+    sys.stdout.write(f"{home}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

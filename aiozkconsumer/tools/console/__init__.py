@@ -23,6 +23,7 @@ from __future__ import annotations
 from .consumer import ConsoleConsumer, PartitionConsoleConsumer
 from .formatters import (
     KCAT_TOKENS,
+    DecodedJsonFormatter,
     JsonFormatter,
     KcatFormatter,
     MessageFormatter,
@@ -43,6 +44,7 @@ __all__ = [
     "KCAT_TOKENS",
     "ConsoleConsumer",
     "FdSink",
+    "DecodedJsonFormatter",
     "JsonFormatter",
     "KcatFormatter",
     "MessageFormatter",

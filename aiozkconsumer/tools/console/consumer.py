@@ -43,6 +43,11 @@ class _ConsoleRun:
     """
 
     sink: OutputSink
+    decode: Callable[[Sequence[MessageAndMetadata]], Awaitable[list[MessageAndMetadata]]] | None = (
+        None
+    )
+    """Turns each batch read into what is formatted (one record for one: a Schema Registry
+    decoder without dead-lettering); ``None`` formats the records as read."""
 
     def __init__(
         self,
@@ -135,6 +140,8 @@ class _ConsoleRun:
     async def _deliver(self, batch: Sequence[MessageAndMetadata]) -> int:
         """Write ``batch``; count and return the records delivered."""
         fmt = self.formatter.format
+        if self.decode is not None:
+            batch = await self.decode(batch)
         written = await self.sink.write_records([fmt(m) for m in batch])
         self.count += written
         if self.sink.closed:
@@ -235,9 +242,7 @@ class ConsoleConsumer(_ConsoleRun):
             await self._supervised(body, watchers)
         return self.count
 
-    async def _consume(
-        self, iterator: ConsumerIterator, connector: ConsumerConnector
-    ) -> None:
+    async def _consume(self, iterator: ConsumerIterator, connector: ConsumerConnector) -> None:
         next_batch = iterator.next_batch
         while not self._stopping and self._wanted() > 0:
             try:
@@ -257,9 +262,7 @@ class ConsoleConsumer(_ConsoleRun):
                 break
 
     @staticmethod
-    def _rewind(
-        connector: ConsumerConnector, undelivered: Sequence[MessageAndMetadata]
-    ) -> None:
+    def _rewind(connector: ConsumerConnector, undelivered: Sequence[MessageAndMetadata]) -> None:
         """Set the consumed offsets back to the first record not delivered, per partition."""
         registry = connector.topic_registry
         for tp, offset in rewind_offsets(undelivered).items():

@@ -20,6 +20,7 @@ from ...records import MessageAndMetadata
 
 __all__ = [
     "KCAT_TOKENS",
+    "DecodedJsonFormatter",
     "JsonFormatter",
     "KcatFormatter",
     "MessageFormatter",
@@ -203,7 +204,7 @@ class JsonFormatter:
             The JSON object, UTF-8, followed by ``line_separator``.
         """
         key, key_encoding = _text_or_base64(msg.key)
-        value, value_encoding = _text_or_base64(msg.value)
+        value, value_encoding = self._value(msg.value)
         headers = []
         for name, raw in msg.headers:
             text, encoding = _text_or_base64(raw)
@@ -221,8 +222,54 @@ class JsonFormatter:
             "value_encoding": value_encoding,
             "headers": headers,
         }
-        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
         return text.encode() + self.line_separator
+
+    def _value(self, value: bytes | None) -> tuple[object, str | None]:
+        """The value as written and its ``value_encoding``."""
+        return _text_or_base64(value)
+
+
+@dataclass(frozen=True)
+class DecodedJsonFormatter(JsonFormatter):
+    """:class:`JsonFormatter` for records whose value was decoded (a Schema Registry format).
+
+    ``value`` is the decoded value as JSON (Avro records and JSON objects as objects,
+    Protobuf messages through ``MessageToDict`` with the .proto field names; bytes as base64,
+    decimals, dates, times and UUIDs as strings) and ``value_encoding`` the format's name
+    (``"avro"``, ``"protobuf"``, ``"json-schema"``); a null value stays ``null``.
+
+    Attributes:
+        value_format: the name written as ``value_encoding``.
+    """
+
+    value_format: str = "avro"
+
+    def _value(self, value: object) -> tuple[object, str | None]:
+        if value is None:
+            return None, None
+        return _plain(value), self.value_format
+
+
+def _plain(value: object) -> object:
+    """A Protobuf message as a dict; anything else as it is (``_jsonable`` does the rest)."""
+    if hasattr(value, "DESCRIPTOR") and hasattr(value, "ListFields"):
+        from google.protobuf.json_format import MessageToDict
+
+        return MessageToDict(value, preserving_proto_field_name=True)
+    return value
+
+
+def _jsonable(value: object) -> object:
+    """``json.dumps``' fallback for what decoded values hold besides JSON's types."""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    plain = _plain(value)
+    if plain is not value:
+        return plain
+    return str(value)  # Decimal, UUID
 
 
 KCAT_TOKENS: Mapping[str, str] = {
