@@ -6,7 +6,9 @@ first member gives up only the partitions that move (its rebalance listener is t
 those, and its rebalance history counts the rest as kept) and the follow-up rebalance hands
 them to the joiner; under ``range`` (eager) the same join makes it give up everything, so the
 observation can fail. Every record is delivered once across the group. The same with a Java
-``KafkaConsumer`` configured with ``CooperativeStickyAssignor`` as the joiner.
+``KafkaConsumer`` configured with ``CooperativeStickyAssignor`` as the joiner, and as the
+leader a member of ours joins; and the eager ``sticky`` assignor with a Java leader reading
+our ``StickyAssignorUserData``.
 """
 
 from __future__ import annotations
@@ -237,3 +239,37 @@ async def test_ours_joins_a_java_cooperative_sticky_leader(
     # Ours starts where the Java member committed on revocation: nothing twice.
     assert sorted(seen.pairs) == sorted(wanted)
     assert not set(seen.pairs) & set(java_pairs)
+
+
+async def test_the_eager_sticky_assignor_with_a_java_leader(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    # `sticky` is eager; what a member owned travels in its user data
+    # (StickyAssignorUserData). A Java StickyAssignor leads; when a third member joins, the
+    # first member of ours keeps two of its three partitions (read from our user data), the
+    # same two a Java member would keep.
+    cluster, topic, group = zk_kafka_cluster, unique_topic, unique_group_id
+    await cluster.create_topic(topic, PARTITIONS)
+    strategy = "org.apache.kafka.clients.consumer.StickyAssignor"
+    async with JavaConsumerMember(cluster, group, [topic], assignor="sticky") as java:
+        await java.wait_for_assignment(lambda tps: len(tps) == PARTITIONS, 90)
+        async with create_connector(_config(cluster, group, strategy)) as ours:
+            await ours.create_message_streams({topic: 1})
+            await _until(lambda: len(_owned(ours)) == len(java.assigned_partitions()) == 3)
+            before = _owned(ours)
+            java_before = {tp.partition for tp in java.assigned_partitions()}
+            async with create_connector(_config(cluster, group, strategy)) as third:
+                await third.create_message_streams({topic: 1})
+                await _until(
+                    lambda: (
+                        len(_owned(ours)) == len(_owned(third)) == 2
+                        and len(java.assigned_partitions()) == 2
+                    )
+                )
+                # Each keeps its quota of what it owned, the lowest partitions first
+                # (ConstrainedAssignmentBuilder sorts owned partitions by partition); without
+                # our user data the Java leader would give ours two of the four it freed.
+                assert _owned(ours) == set(sorted(before)[:2])
+                java_now = {tp.partition for tp in java.assigned_partitions()}
+                assert java_now == set(sorted(java_before)[:2])
+                assert not _member(ours).cooperative
