@@ -554,3 +554,100 @@ def test_zookeeper_groups_keep_range_and_roundrobin_only() -> None:
             zookeeper_connect="127.0.0.1:2181",
             partition_assignment_strategy="cooperative-sticky",
         )
+
+
+# --- rack-aware (KIP-881): AbstractStickyAssignorTest.testRackAwareAssignmentWith* ---------
+
+RACK_TOPICS = {"t1": 6, "t2": 7, "t3": 2}
+ALIGNED = [
+    "t1-0, t1-3, t2-0, t2-3, t2-6",
+    "t1-1, t1-4, t2-1, t2-4, t3-0",
+    "t1-2, t1-5, t2-2, t2-5, t3-1",
+]
+
+
+def racks(n: int) -> list[str]:
+    return ["abcdef"[i % 6] for i in range(n)]
+
+
+def parse(text: str) -> list[TopicPartition]:
+    return [tp(t, int(p)) for t, p in (x.strip().split("-") for x in text.split(",") if x.strip())]
+
+
+def rack_run(
+    replication_factor: int,
+    broker_racks: list[str],
+    consumer_racks: list[str | None],
+    owned: list[str] | None,
+    *,
+    cooperative: bool = False,
+) -> tuple[list[str], int]:
+    """``verifyRackAssignment``'s fixture (as ``AbstractPartitionAssignorTest``: partition
+    ``i`` on brokers ``i + j + offset``); returns the assignment and its rack mismatches."""
+    partition_racks: dict[str, list[frozenset[str]]] = {}
+    offset = 0
+    for topic, count in RACK_TOPICS.items():
+        n = len(broker_racks)
+        partition_racks[topic] = [
+            frozenset(broker_racks[(i + j + offset) % n] for j in range(replication_factor))
+            for i in range(count)
+        ]
+        offset += count
+    members = {
+        f"consumer{i}": member_data(
+            "cooperative-sticky",
+            list(RACK_TOPICS),
+            user_data=None,
+            owned_partitions=parse(owned[i]) if owned else [],
+            generation_id=1 if owned else None,
+            rack=rack,
+        )
+        for i, rack in enumerate(consumer_racks)
+    }
+    run = cooperative_sticky_assign if cooperative else sticky_assign
+    result = run(members, RACK_TOPICS, partition_racks)
+    texts = [
+        ", ".join(f"{p.topic}-{p.partition}" for p in result.assignment[f"consumer{i}"])
+        for i in range(len(consumer_racks))
+    ]
+    mismatches = sum(
+        1
+        for i, rack in enumerate(consumer_racks)
+        for p in result.assignment[f"consumer{i}"]
+        if rack is not None and rack not in partition_racks[p.topic][p.partition]
+    )
+    return texts, mismatches
+
+
+@pytest.mark.parametrize(
+    ("rf", "brokers", "consumers", "mismatches"),
+    [
+        (1, racks(3), racks(3), 0),
+        (2, racks(3), racks(3), 0),
+        # One consumer on a rack without partitions: balance first, 5 misaligned.
+        (3, racks(2), racks(3), 5),
+        # No consumer racks, or no rack in common: the plain assignment.
+        (3, racks(3), [None, None, None], 0),
+        (3, racks(3), ["d", "e", "f"], 15),
+    ],
+)
+def test_rack_aware_uniform_subscription(
+    rf: int, brokers: list[str], consumers: list[str | None], mismatches: int
+) -> None:
+    for owned in (None, ALIGNED):
+        texts, found = rack_run(rf, brokers, consumers, owned)
+        assert texts == ALIGNED
+        assert found == mismatches
+
+
+def test_rack_aware_moves_misaligned_owned_partitions() -> None:
+    owned = [
+        "t1-0, t1-1, t1-2, t1-3, t1-4",
+        "t1-5, t2-0, t2-1, t2-2, t2-3",
+        "t2-4, t2-5, t2-6, t3-0, t3-1",
+    ]
+    texts, found = rack_run(1, racks(3), racks(3), owned)
+    assert texts == ALIGNED and found == 0
+    # Cooperative: each keeps only what is on its rack; the rest moves next time.
+    texts, _ = rack_run(1, racks(3), racks(3), owned, cooperative=True)
+    assert texts == ["t1-0, t1-3", "t2-1", "t2-5, t3-1"]
