@@ -22,6 +22,7 @@ import pytest
 pytest.importorskip("fastavro")
 pytest.importorskip("confluent_kafka.schema_registry.avro")
 pytest.importorskip("grpc_tools")
+from _spark_session import spark_session  # noqa: F401
 from _support import config_for
 from confluent_kafka import SerializingProducer
 from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentRegistry
@@ -29,6 +30,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from google.protobuf import descriptor_pool, message_factory
+from pyspark.sql import SparkSession
 
 from aiozkconsumer import ZookeeperConsumerConnector
 from aiozkconsumer.errors import RecordDecodeError, UnknownSchemaError
@@ -323,3 +325,47 @@ def test_cli_prints_decoded_values_as_json(
     )
     assert done.returncode != 0
     assert f"offset 1 of partition [{topic},0] (schema id 10000)" in done.stderr
+
+
+@pytest.mark.spark
+async def test_spark_column_decodes_both_versions_into_the_newest_struct(
+    spark: SparkSession,
+    zk_kafka_cluster: LocalCluster,
+    registry: LocalSchemaRegistry,
+    unique_topic: str,
+    confluent: ConfluentRegistry,
+) -> None:
+    from aiozkconsumer.spark.schema_registry import avro_schemas, from_confluent_avro
+
+    topic = unique_topic
+    await zk_kafka_cluster.create_topic(topic, 1)
+    v1 = [{"id": 1, "amount": 0.5}]
+    v2 = [{"id": 2, "amount": 1.5, "currency": "USD"}]
+    for schema, values in ((V1, v1), (V2, v2)):
+        serializer = AvroSerializer(confluent, json.dumps(schema))
+        await asyncio.to_thread(_produce, zk_kafka_cluster, topic, serializer, values)
+    await zk_kafka_cluster.produce(topic, [(None, b"\x00\x00\x00\x27\x10x")], partition=0)
+    async with SchemaRegistryClient(registry.url) as client:
+        schemas = await avro_schemas(client, topics=[topic])
+        assert len(schemas) == 2
+
+    def run() -> tuple[list[Any], str]:
+        df = (
+            spark.read.format("zkkafka")
+            .option("zookeeper.connect", zk_kafka_cluster.zookeeper_connect)
+            .option("group.id", f"{topic}-spark")
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        decoded = df.select("offset", from_confluent_avro(schemas).alias("p"))
+        good = [r.p.asDict() for r in decoded.where("offset < 2").orderBy("offset").collect()]
+        try:
+            decoded.collect()
+        except Exception as e:  # Spark's PythonException, carrying our message
+            return good, str(e)
+        return good, ""
+
+    good, error = await asyncio.to_thread(run)
+    assert good == [{**v1[0], "currency": "EUR"}, v2[0]]
+    assert f"offset 2 of partition [{topic},0] (schema id 10000)" in error
