@@ -8,7 +8,8 @@ them to the joiner; under ``range`` (eager) the same join makes it give up every
 observation can fail. Every record is delivered once across the group. The same with a Java
 ``KafkaConsumer`` configured with ``CooperativeStickyAssignor`` as the joiner, and as the
 leader a member of ours joins; and the eager ``sticky`` assignor with a Java leader reading
-our ``StickyAssignorUserData``.
+our ``StickyAssignorUserData``; and KIP-429's upgrade step, an eager member of ours with the
+Java default list ``range,cooperative-sticky`` next to a cooperative Java member.
 """
 
 from __future__ import annotations
@@ -273,3 +274,32 @@ async def test_the_eager_sticky_assignor_with_a_java_leader(
                 java_now = {tp.partition for tp in java.assigned_partitions()}
                 assert java_now == set(sorted(java_before)[:2])
                 assert not _member(ours).cooperative
+
+
+async def test_an_eager_member_with_the_java_default_list_and_a_cooperative_java_member(
+    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    # KIP-429's upgrade step: ours offers the Java client's default `range,cooperative-sticky`
+    # (eager), the Java member `cooperative-sticky` alone; the broker picks the assignor both
+    # offer, and ours, eager, gives everything up before it joins.
+    cluster, topic, group = zk_kafka_cluster, unique_topic, unique_group_id
+    await cluster.create_topic(topic, PARTITIONS)
+    listener = Releases()
+    async with create_connector(_config(cluster, group, "range,cooperative-sticky")) as ours:
+        ours.set_consumer_rebalance_listener(listener)
+        await ours.create_message_streams({topic: 1})
+        await _until(lambda: len(_owned(ours)) == PARTITIONS)
+        assert _member(ours).protocol == "range" and not _member(ours).cooperative
+        async with JavaConsumerMember(
+            cluster, group, [topic], assignor="cooperative-sticky"
+        ) as java:
+            await _until(
+                lambda: (
+                    len(_owned(ours)) == len(java.assigned_partitions()) == PARTITIONS // 2
+                    and not _member(ours).machine.rebalancing
+                )
+            )
+            assert _member(ours).protocol == "cooperative-sticky"
+            theirs = {tp.partition for tp in java.assigned_partitions()}
+            assert not theirs & _owned(ours)
+            assert listener.all == set(range(PARTITIONS))  # eager: everything given up
