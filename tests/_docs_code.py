@@ -67,8 +67,42 @@ DEADLINE_S = 20.0
 """How long a block's connector may run before the block counts as hung (it should have
 consumed the 20 records of ``payments`` within a second or two)."""
 
+_SCHEMA_REGISTRY = (
+    "needs a Schema Registry; tests/integration/test_schema_registry.py makes the same calls "
+    "against a real one"
+)
+
 NOT_RUN: dict[tuple[str, str], str] = {
     # (page, the block's first line) -> why it is not run; shown as the skip reason.
+    (
+        "docs/schema-registry.md",
+        "from aiozkconsumer.schema_registry import SchemaRegistryClient, SchemaRegistryDecoder",
+    ): _SCHEMA_REGISTRY,
+    (
+        "docs/schema-registry.md",
+        "async for batch in stream.batches(max_records=1000):",
+    ): _SCHEMA_REGISTRY,
+    (
+        "docs/schema-registry.md",
+        'decoder = SchemaRegistryDecoder(registry, "avro", reader_schema=payment_v2)',
+    ): _SCHEMA_REGISTRY,
+    (
+        "docs/schema-registry.md",
+        "def dead_letter(msg: MessageAndMetadata, error: RecordDecodeError) -> None:",
+    ): _SCHEMA_REGISTRY,
+    (
+        "docs/schema-registry.md",
+        'decoder = SchemaRegistryDecoder(registry, "avro")',
+    ): _SCHEMA_REGISTRY,
+    (
+        "docs/schema-registry.md",
+        "registry = SchemaRegistryClient.from_properties({",
+    ): _SCHEMA_REGISTRY,
+    (
+        "docs/schema-registry.md",
+        "from aiozkconsumer.spark.schema_registry import avro_schemas, from_confluent_avro",
+    ): _SCHEMA_REGISTRY,
+    ("docs/schema-registry.md", "import pytest"): _SCHEMA_REGISTRY,
     ("docs/rebalancing.md", "RebalanceRecord(..., attempts=1, succeeded=True,"): (
         "the repr of a RebalanceRecord, output rather than code"
     ),

@@ -556,7 +556,7 @@ def consume(
         end_offsets=end_offsets if exit_at_end else None,
     )
     if decoding is not None:
-        consumer.decode = decoding.decode_batch
+        consumer.decode = decoding.decode_message
 
     def admin() -> _Admin:
         if config.kafka_coordinated and bootstrap_server:
@@ -715,7 +715,7 @@ def _consume_partition(
                 fetch_max_bytes=config.fetch_message_max_bytes,
             )
             if decoding is not None:
-                reader.decode = decoding.decode_batch
+                reader.decode = decoding.decode_message
             with _Stoppable(reader.stop):
                 await reader.run()
             if reader.output_closed:

@@ -42,6 +42,7 @@ from aiozkconsumer.schema_registry import (
 )
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.testing.schema_registry import LocalSchemaRegistry
+from aiozkconsumer.zk import layout
 
 pytestmark = pytest.mark.integration
 
@@ -265,66 +266,48 @@ async def test_unknown_id_corrupt_payload_and_invalid_json_raise_or_reach_the_de
         assert f"offset 1 of partition [{topic},0] (schema id 987654)" in str(info.value)
 
 
-def test_cli_prints_decoded_values_as_json(
+async def test_cli_prints_decoded_values_as_json_and_stops_at_one_that_does_not_decode(
     zk_kafka_cluster: LocalCluster,
     registry: LocalSchemaRegistry,
     unique_topic: str,
     confluent: ConfluentRegistry,
+    zk_client: Any,
 ) -> None:
     topic = unique_topic
-    asyncio.run(zk_kafka_cluster.create_topic(topic, 1))
+    await zk_kafka_cluster.create_topic(topic, 1)
     schema = {**V1, "fields": [*V1["fields"], {"name": "raw", "type": "bytes"}]}
-    _produce(
-        zk_kafka_cluster,
-        topic,
-        AvroSerializer(confluent, json.dumps(schema)),
-        [{"id": 1, "amount": 2.5, "raw": b"\x00\xff"}],
-    )
+    serializer = AvroSerializer(confluent, json.dumps(schema))
+    good = [{"id": 1, "amount": 2.5, "raw": b"\x00\xff"}]
+    await asyncio.to_thread(_produce, zk_kafka_cluster, topic, serializer, good)
+    # offset 1: a schema id the registry does not have; offset 2: fine again
+    await zk_kafka_cluster.produce(topic, [(None, b"\x00\x00\x00\x27\x10x")], partition=0)
+    await asyncio.to_thread(_produce, zk_kafka_cluster, topic, serializer, good)
+    group = f"{topic}-cli"
     base = [CLI, "consume", "--zookeeper", zk_kafka_cluster.zookeeper_connect, "--topic", topic]
-    done = subprocess.run(
-        [
-            *base,
-            "--from-beginning",
-            "--max-messages",
-            "1",
-            "--value-format",
-            "avro",
-            "--schema-registry",
-            registry.url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    line = json.loads(done.stdout)
+    registry_args = ["--value-format", "avro", "--schema-registry", registry.url]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args, *registry_args], capture_output=True, text=True, timeout=120
+        )
+
+    done = await asyncio.to_thread(run, "-g", group, "--from-beginning", "--max-messages", "3")
+    assert done.returncode == 1, done.stderr
+    (line,) = [json.loads(x) for x in done.stdout.splitlines()]
     assert line["value"] == {"id": 1, "amount": 2.5, "raw": "AP8="}
     assert (line["value_encoding"], line["offset"]) == ("avro", 0)
-
-    # A record that does not decode ends the run with its coordinates (partition path).
-    asyncio.run(zk_kafka_cluster.produce(topic, [(None, b"\x00\x00\x00\x27\x10x")], partition=0))
-    done = subprocess.run(
-        [
-            *base,
-            "--partition",
-            "0",
-            "--offset",
-            "1",
-            "--max-messages",
-            "1",
-            "--value-format",
-            "avro",
-            "--schema-registry",
-            registry.url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode != 0
     assert f"offset 1 of partition [{topic},0] (schema id 10000)" in done.stderr
+    # Committed: the record written, not the one that failed nor the one after it.
+    committed = await zk_client.get_data(layout.offset_path(group, topic, 0))
+    assert layout.decode_offset(committed) == 1
+
+    # Without a group (--partition): the same error; from offset 2 on, decoded again.
+    done = await asyncio.to_thread(run, "--partition", "0", "--offset", "1", "--max-messages", "2")
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"offset 1 of partition [{topic},0] (schema id 10000)" in done.stderr
+    done = await asyncio.to_thread(run, "--partition", "0", "--offset", "2", "--max-messages", "1")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["value"]["id"] == 1
 
 
 @pytest.mark.spark

@@ -17,7 +17,7 @@ import anyio
 from ...base_connector import ConnectorState, ConsumerConnector
 from ...config import ConsumerConfig
 from ...consumer import create_connector
-from ...errors import ConsumerTimeoutError
+from ...errors import ConsumerError, ConsumerTimeoutError
 from ...records import MessageAndMetadata, TopicPartition
 from ...simple_consumer import SimpleConsumer
 from ...stream import ConsumerIterator
@@ -43,11 +43,12 @@ class _ConsoleRun:
     """
 
     sink: OutputSink
-    decode: Callable[[Sequence[MessageAndMetadata]], Awaitable[list[MessageAndMetadata]]] | None = (
-        None
-    )
-    """Turns each batch read into what is formatted (one record for one: a Schema Registry
-    decoder without dead-lettering); ``None`` formats the records as read."""
+    decode: Callable[[MessageAndMetadata], Awaitable[MessageAndMetadata | None]] | None = None
+    """Turns each record read into what is formatted (a Schema Registry decoder's
+    ``decode_message``); ``None`` formats the records as read. When it raises, the records
+    before are written, the rest of the batch is not (nor counted consumed, so not
+    committed), the run ends and :meth:`run` raises that error."""
+    failure: ConsumerError | None = None
 
     def __init__(
         self,
@@ -141,7 +142,23 @@ class _ConsoleRun:
         """Write ``batch``; count and return the records delivered."""
         fmt = self.formatter.format
         if self.decode is not None:
-            batch = await self.decode(batch)
+            decoded = []
+            for msg in batch:
+                try:
+                    out = await self.decode(msg)
+                except ConsumerError as e:
+                    self.failure = e
+                    self._stopping = True
+                    break
+                if out is None:  # a decoder with a dead-letter callback: not for the console
+                    self.failure = ConsumerError(
+                        f"the decoder left out the record at offset {msg.offset} of "
+                        f"partition [{msg.topic},{msg.partition}]"
+                    )
+                    self._stopping = True
+                    break
+                decoded.append(out)
+            batch = decoded
         written = await self.sink.write_records([fmt(m) for m in batch])
         self.count += written
         if self.sink.closed:
@@ -240,6 +257,8 @@ class ConsoleConsumer(_ConsoleRun):
                     await self._consume(streams[0].iterator, connector)
 
             await self._supervised(body, watchers)
+        if self.failure is not None:
+            raise self.failure
         return self.count
 
     async def _consume(self, iterator: ConsumerIterator, connector: ConsumerConnector) -> None:
@@ -355,6 +374,8 @@ class PartitionConsoleConsumer(_ConsoleRun):
             ConsumerError: another fetch error, or the output failed.
         """
         await self._supervised(self._read, [self._watch_output])
+        if self.failure is not None:
+            raise self.failure
         return self.count
 
     async def _read(self) -> None:
