@@ -52,6 +52,10 @@ class SchemaRegistryDecoder:
 
     Raises:
         ValueError: an unknown ``value_format`` or ``field``.
+
+    Attributes:
+        decoded: how many keys or values decoded so far.
+        failed: how many did not (raised or dead-lettered).
     """
 
     def __init__(

@@ -234,7 +234,7 @@ async def registry_app() -> AsyncIterator[tuple[_Registry, str]]:
         await runner.cleanup()
 
 
-def _msg(value: bytes | None, offset: int = 7) -> MessageAndMetadata:
+def _msg(value: Any, offset: int = 7) -> MessageAndMetadata:
     return MessageAndMetadata("payments", 2, offset, None, value, 0, 0, ())
 
 
@@ -332,3 +332,76 @@ async def test_an_unreachable_registry_is_a_registry_error_not_a_decode_error() 
         decoder = SchemaRegistryDecoder(client, "avro", on_error=lambda m, e: None)
         with pytest.raises(SchemaRegistryError, match="127.0.0.1:9"):
             await decoder.decode_message(_msg(_avro(V1, {"id": 1}, 1)))
+
+
+# -- what the CLI prints and the Spark type -----------------------------------------------------
+
+
+def test_decoded_json_formatter_writes_values_as_json() -> None:
+    import datetime
+    import decimal
+
+    from aiozkconsumer.tools.console import DecodedJsonFormatter
+
+    value = {
+        "raw": b"\x00\xff",
+        "price": decimal.Decimal("1.50"),
+        "at": datetime.date(2026, 1, 2),
+        "n": None,
+    }
+    line = json.loads(DecodedJsonFormatter(value_format="avro").format(_msg(value)))
+    assert line["value"] == {"raw": "AP8=", "price": "1.50", "at": "2026-01-02", "n": None}
+    assert line["value_encoding"] == "avro"
+    tombstone = json.loads(DecodedJsonFormatter(value_format="avro").format(_msg(None)))
+    assert (tombstone["value"], tombstone["value_encoding"]) == (None, None)
+
+    encoded = base64.b64encode(_user_file().SerializeToString()).decode()
+    reader = protobuf_reader(RegisteredSchema(4, "PROTOBUF", encoded), [])
+    user = reader(write_header(4) + b"\x02\x02" + b"\x0a\x02ab", 5)
+    line = json.loads(DecodedJsonFormatter(value_format="protobuf").format(_msg(user)))
+    assert line["value"] == {"name": "ab"}
+
+
+def test_avro_struct_type_maps_as_spark_from_avro() -> None:
+    types = pytest.importorskip("pyspark.sql.types")
+    from aiozkconsumer.spark.schema_registry import avro_struct_type
+
+    schema = {
+        "type": "record",
+        "name": "Order",
+        "namespace": "shop",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "note", "type": ["null", "string"], "default": None},
+            {
+                "name": "lines",
+                "type": {
+                    "type": "array",
+                    "items": {
+                        "type": "record",
+                        "name": "Line",
+                        "fields": [{"name": "sku", "type": "string"}],
+                    },
+                },
+            },
+            {"name": "extra", "type": {"type": "map", "values": "int"}},
+            {"name": "state", "type": {"type": "enum", "name": "State", "symbols": ["A", "B"]}},
+            {"name": "again", "type": ["null", "Line"]},
+        ],
+    }
+    struct = avro_struct_type(schema)
+    line = types.StructType([types.StructField("sku", types.StringType(), False)])
+    assert struct == types.StructType(
+        [
+            types.StructField("id", types.LongType(), False),
+            types.StructField("note", types.StringType(), True),
+            types.StructField("lines", types.ArrayType(line, True), False),
+            types.StructField(
+                "extra", types.MapType(types.StringType(), types.IntegerType(), True), False
+            ),
+            types.StructField("state", types.StringType(), False),
+            types.StructField("again", line, True),
+        ]
+    )
+    with pytest.raises(ValueError, match="union of several types"):
+        avro_struct_type({**schema, "fields": [{"name": "u", "type": ["int", "string"]}]})
