@@ -1,4 +1,4 @@
-"""The fault tools of a local cluster: kill, pause, resume and restart a broker, stop and
+"""The fault tools of a local cluster: kill, stop, pause, resume and restart a broker, stop and
 start ZooKeeper, expire a ZooKeeper session for real, and cut or heal the proxied links.
 
 :class:`FaultTools` is the part of :class:`~aiozkconsumer.testing.cluster.LocalCluster` the
@@ -89,6 +89,24 @@ class FaultTools(ServerControl):
             KeyError: if there is no such broker.
         """
         self._broker(broker_id).kill_now()
+
+    async def stop_broker(self, broker_id: int) -> None:
+        """Stop a broker gracefully (SIGTERM: a controlled shutdown, SIGKILL after 15 s) and
+        leave it down; :meth:`restart_broker` starts it again.
+
+        A controlled shutdown moves the leaderships the broker holds (the group coordinators
+        of its ``__consumer_offsets`` partitions included) to other replicas before it exits.
+        KRaft flavour: stopping broker 0 stops the only controller too.
+
+        Args:
+            broker_id: the broker's id.
+
+        Raises:
+            KeyError: if there is no such broker.
+            LocalClusterError: if the cluster is not running.
+        """
+        self._require_running()
+        await terminate([self._broker(broker_id)])
 
     def pause_broker(self, broker_id: int) -> None:
         """Freeze a broker with SIGSTOP (it keeps its sockets but answers nothing).

@@ -15,6 +15,7 @@ check_history` is the entry point.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -81,9 +82,14 @@ class Checker:
         faults: Sequence[InjectedFault] | None = None,
         acked_at: Mapping[TopicPartitionKey, Mapping[int, float]] | None = None,
         stall_bound_s: float | None = None,
+        committed_at: Mapping[TopicPartitionKey, Mapping[int, float]] | None = None,
     ) -> None:
         self.produced = produced
         self.partitions = {tp: PartitionLog.build(pairs) for tp, pairs in produced.records.items()}
+        self.aborted = {
+            tp: [o for o, _ in pairs] for tp, pairs in produced.aborted.items() if pairs
+        }
+        self.committed_at = committed_at
         self.session_timeout_ms = session_timeout_ms
         self.session_timeout_s = session_timeout_ms / 1000
         self.last_fault_ts = last_fault_ts
@@ -223,18 +229,38 @@ class Checker:
         low, high = int(event["min_offset"]), int(event["max_offset"])
         where: dict[str, Any] = {"topic": topic, "partition": partition, "member": inc.member}
         log = self.partitions.get(tp)
-        if log is None or low not in log.index or high not in log.index or high < low:
-            self.flag(
-                AnomalyKind.INCONSISTENT,
-                f"delivered offsets {low}..{high}, not a range of the produced log",
+        count = int(event["count"]) if "count" in event else None
+        in_range = log.records_between(low, high + 1) if log is not None else []
+        aborted = self.aborted_between(tp, low, high)
+        ends_aborted = bool(aborted) and (aborted[0] == low or aborted[-1] == high)
+        if aborted and (ends_aborted or (count is not None and count > len(in_range))):
+            read = len(aborted) if count is None else min(len(aborted), count - len(in_range))
+            self.flag_records(
+                AnomalyKind.ABORTED_READ,
+                f"delivered {low}..{high} ({count} records): {max(read, 1)} of them of aborted "
+                f"transactions ({len(aborted)} aborted in the range)",
+                aborted,
                 ts=ts,
-                offsets=(low, high),
                 **where,
             )
+            if count is not None and not ends_aborted:
+                count = len(in_range)  # the rest is judged as if the aborted ones were skipped
+        if log is None or low not in log.index or high not in log.index or high < low:
+            if not ends_aborted:
+                self.flag(
+                    AnomalyKind.INCONSISTENT,
+                    f"delivered offsets {low}..{high}, not a range of the produced log",
+                    ts=ts,
+                    offsets=(low, high),
+                    **where,
+                )
             return
         first, last = log.index[low], log.index[high]
         expected = last - first + 1
-        count = int(event.get("count", expected))
+        if count is None:
+            count = expected
+        if self.committed_at is not None:
+            self.check_commit_order(tp, log, first, last, ts, where)
         if count != expected:
             kind = AnomalyKind.SKIP if count < expected else AnomalyKind.NONMONOTONIC
             self.flag(
@@ -275,6 +301,42 @@ class Checker:
             epoch.last_delivery_ts = delivered
             self.deliveries.append(Delivery(delivered, epoch, inc.member, low, high))
         self.count_deliveries(epoch, log, first, last, ts, delivered)
+
+    def aborted_between(self, tp: TopicPartitionKey, low: int, high: int) -> list[int]:
+        """Offsets of aborted records of ``tp`` in ``[low, high]``."""
+        offsets = self.aborted.get(tp)
+        if not offsets or high < low:
+            return []
+        return offsets[bisect_left(offsets, low) : bisect_right(offsets, high)]
+
+    def check_commit_order(
+        self,
+        tp: TopicPartitionKey,
+        log: PartitionLog,
+        first: int,
+        last: int,
+        ts: float,
+        where: dict[str, Any],
+    ) -> None:
+        """``uncommitted_read``: records of a transaction delivered (by ``ts``, the event's
+        time, at the latest) before the producer began committing it: a ``read_committed``
+        reader handed out records past the last stable offset."""
+        assert self.committed_at is not None
+        begun = self.committed_at.get(tp)
+        if not begun:
+            return
+        early = [
+            o for o in log.offsets[first : last + 1] if (at := begun.get(o)) is not None and ts < at
+        ]
+        if early:
+            self.flag_records(
+                AnomalyKind.UNCOMMITTED_READ,
+                f"delivered {len(early)} records of a transaction before its commit began "
+                f"(from {begun[early[0]] - ts:.3f} s before)",
+                early,
+                ts=ts,
+                **where,
+            )
 
     def check_continuity(
         self,

@@ -36,8 +36,11 @@ DUPLICATE_WINDOW_TOLERANCE_S = 0.25
 """ε of the duplicate-window bounds: scheduling slack of a loaded test machine, seconds."""
 
 _ZOOKEEPER_RESTART = "zookeeper_restart"
-_BROKER_FAULTS = frozenset({"broker_restart"})
+_BROKER_FAULTS = frozenset({"broker_restart", "leader_kill"})
 """Faults on a server other than ZooKeeper: not on any member."""
+_EVERY_MEMBER = frozenset({_ZOOKEEPER_RESTART, "coordinator_kill", "rolling_restart"})
+"""Faults on the server every member's membership depends on: ZooKeeper, or (Kafka mode) the
+group coordinator's broker."""
 _SESSION_ENDING = frozenset({"pause", "expire", "zookeeper_link"})
 """Faults on a member, besides a long ZooKeeper restart, that can end its session."""
 
@@ -71,8 +74,9 @@ class InjectedFault:
         return self.ended_ts - self.started_ts
 
     def hits(self, member: str) -> bool:
-        """Whether the fault is on ``member`` (a ZooKeeper restart is on every member)."""
-        if self.kind == _ZOOKEEPER_RESTART:
+        """Whether the fault is on ``member`` (a ZooKeeper restart, a group coordinator kill
+        and a rolling restart are on every member)."""
+        if self.kind in _EVERY_MEMBER:
             return True
         if self.kind in _BROKER_FAULTS:
             return False

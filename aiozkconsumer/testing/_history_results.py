@@ -38,6 +38,8 @@ class AnomalyKind(enum.StrEnum):
     LIVENESS = "liveness"
     STALLED = "stalled"
     INCONSISTENT = "inconsistent"
+    ABORTED_READ = "aborted_read"
+    UNCOMMITTED_READ = "uncommitted_read"
     DUPLICATE_WINDOW_EXCEEDED = "duplicate_window_exceeded"
     SESSION_EXPIRED_BY_SHORT_ZOOKEEPER_RESTART = "session_expired_by_short_zookeeper_restart"
 

@@ -125,6 +125,26 @@ at or after the epoch's claim offset, and after its last delivery. Time inside a
 healthy owner that stops handing out one partition while the others flow (a fetch loop holding
 the partition back); one anomaly per epoch, its longest stall.
 
+``aborted_read`` (Jepsen's ``:aborted-read``). Given a produced log with aborted records
+(:attr:`ProducedLog.aborted`: the records of aborted transactions, which a member reading with
+``isolation.level=read_committed`` must never hand out), a ``consumed`` event whose first or
+last offset is an aborted record's, or whose ``count`` exceeds the committed records in its
+range while aborted ones lie in it. The rest of the event is judged as if the aborted records
+had been skipped. Offsets of aborted records are not records of the log: skipping them is no
+``skip``, and ``lost`` never counts them.
+
+``uncommitted_read`` (no read past an open transaction; Jepsen's ``:G1a``-style dirty read,
+approximated). Given ``committed_at`` (when the producer began committing each transactional
+record's transaction), a ``consumed`` event written before that moment delivered a record of a
+transaction still open: a ``read_committed`` reader handed out records past the partition's
+last stable offset. (Commit markers become visible after the commit began, so the rule never
+flags a correct reader; it misses reads in the moment between the commit's start and its
+markers.)
+
+Per-partition monotonic offsets are ``nonmonotonic`` (within an epoch) and
+``commit_decreased``; "read your committed" after a hand-over is ``handover_gap`` and
+``duplicate`` (a new owner starts at the group commit it found, not after it nor below it).
+
 ``inconsistent`` (Jepsen's ``:inconsistent-offsets``; validates the broker and the harness). A
 ``consumed`` event names an offset that is not in the produced log, a ``first``/``last`` value
 that differs from the produced value at that offset, or a range that is empty or whose
@@ -238,6 +258,7 @@ def check_history(
     faults: Sequence[InjectedFault] | None = None,
     acked_at: Mapping[TopicPartitionKey, Mapping[int, float]] | None = None,
     stall_bound_s: float | None = None,
+    committed_at: Mapping[TopicPartitionKey, Mapping[int, float]] | None = None,
 ) -> CheckResult:
     """Check a history of a consumer group against the produced log.
 
@@ -267,6 +288,9 @@ def check_history(
         stall_bound_s: how long an owner may hand out nothing of its partition while a
             record of it waits, outside the faults' windows; default the session timeout
             plus ``liveness_slack_s``.
+        committed_at: ``{(topic, partition): {offset: time.time() when the producer began
+            committing the record's transaction}}``; enables ``uncommitted_read``. Default
+            ``None``.
 
     Returns:
         The anomalies found and the history's counts.
@@ -293,6 +317,7 @@ def check_history(
         faults=faults,
         acked_at=acked_at,
         stall_bound_s=stall_bound_s,
+        committed_at=committed_at,
     )
     checker.run(events)
     checker.finish()

@@ -179,7 +179,11 @@ class ProxyLink:
         """
         return self._brokers[broker_id].address
 
-    def _proxies(self, target: LinkTarget) -> list[TcpProxy]:
+    def _proxies(self, target: LinkTarget | int) -> list[TcpProxy]:
+        if isinstance(target, int):
+            if target not in self._brokers:
+                raise ValueError(f"no broker {target} on link {self.index}")
+            return [self._brokers[target]]
         if target == "zookeeper":
             return [self._zookeeper]
         if target == "brokers":
@@ -190,7 +194,7 @@ class ProxyLink:
 
     async def cut(
         self,
-        target: LinkTarget = "all",
+        target: LinkTarget | int = "all",
         mode: FaultMode | str = FaultMode.BLACKHOLE,
         direction: Direction = "both",
         *,
@@ -199,7 +203,8 @@ class ProxyLink:
         """Put a fault on the link (see :class:`~aiozkconsumer.testing.proxy.TcpProxy`).
 
         Args:
-            target: ``"zookeeper"``, ``"brokers"`` or ``"all"`` (default).
+            target: ``"zookeeper"``, ``"brokers"`` or ``"all"`` (default); or a broker id:
+                only the link's proxy to that broker.
             mode: ``blackhole`` (default: bytes dropped, connections stay open), ``delay``
                 (``delay_s`` of latency), ``reset`` (every connection reset, new ones too) or
                 ``refuse`` (connects refused); ``pass_through`` heals.
@@ -208,7 +213,8 @@ class ProxyLink:
             delay_s: the latency for ``delay``, seconds.
 
         Raises:
-            ValueError: if ``target``, ``mode``, ``direction`` or ``delay_s`` is invalid.
+            ValueError: if ``target`` (a broker id not on the link included), ``mode``,
+                ``direction`` or ``delay_s`` is invalid.
             ProxyError: if the cluster's proxies are not running.
         """
         fault = FaultMode(mode)
@@ -223,11 +229,11 @@ class ProxyLink:
         await self._host.run(apply())
         log.info("link %d: %s %s (%s)", self.index, target, fault.value, direction)
 
-    async def heal(self, target: LinkTarget = "all") -> None:
+    async def heal(self, target: LinkTarget | int = "all") -> None:
         """Let bytes pass through again (both directions) and accept connections again.
 
         Args:
-            target: ``"zookeeper"``, ``"brokers"`` or ``"all"`` (default).
+            target: ``"zookeeper"``, ``"brokers"`` or ``"all"`` (default); or a broker id.
 
         Raises:
             ValueError: if ``target`` is invalid.

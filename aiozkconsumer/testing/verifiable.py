@@ -32,13 +32,25 @@ it was asked to write (ZooKeeper storage skips unchanged ones, which already hol
 A lock serializes these commits, so an interval commit in flight finishes before a release
 goes on to delete owner nodes: the process never commits a partition another member may own.
 
+Kafka-coordinated members
+-------------------------
+
+With ``--consumer-property group.coordinator=kafka`` (and ``bootstrap.servers``; ``--zookeeper``
+is then not needed) the process is a member of a Kafka-coordinated group
+(``KafkaConsumerConnector``, classic protocol, or KIP-848's with ``group.protocol=consumer``),
+and the events identify its membership the same way: ``session`` is the member id the group
+coordinator knows it by (``null`` between a fencing and the next join), ``generation`` the
+group generation (classic) or the member epoch (consumer protocol) — so a member fenced and
+rejoined under a new member id shows a session change, as an expired ZooKeeper session does.
+
 Event schema (one JSON object per line)
 ---------------------------------------
 
 Every event has ``ts`` (``time.time()``, seconds), ``member`` (``--member-id``), ``pid``,
-``type``, ``session`` (the ZooKeeper session id as ``"0x..."``, or ``null``) and
-``generation`` (successful rebalances so far). Partition entries are objects with ``topic``
-and ``partition`` (and ``offset`` where said).
+``type``, ``session`` (the ZooKeeper session id as ``"0x..."``, or, Kafka-coordinated, the
+member id; or ``null``) and ``generation`` (successful rebalances so far; Kafka-coordinated,
+the group generation or member epoch, ``null`` outside a membership). Partition entries are
+objects with ``topic`` and ``partition`` (and ``offset`` where said).
 
 - ``startup``: ``consumer_id``, ``group``, ``topic``, ``streams``, ``properties``.
 - ``state``: ``state``, a :class:`~aiozkconsumer.ConnectorState` value (``"running"``,
@@ -95,12 +107,15 @@ import anyio
 from aiokafka import AIOKafkaProducer
 from aiokafka import errors as kafka_errors
 
+from aiozkconsumer.base_connector import ConnectorStatistics, ConsumerConnector
 from aiozkconsumer.config import ConsumerConfig
 from aiozkconsumer.connector import ConnectorState, ZookeeperConsumerConnector
+from aiozkconsumer.consumer import create_connector
 from aiozkconsumer.errors import (
     BrokerNotAvailableError,
     ConsumerError,
     ConsumerTimeoutError,
+    KafkaConnectionError,
     ZookeeperConnectionError,
 )
 from aiozkconsumer.records import MessageAndMetadata, TopicPartition
@@ -322,7 +337,7 @@ class VerifiableOptions:
     """What one verifiable consumer process does (the command line's options).
 
     Attributes:
-        zookeeper: ``zookeeper.connect``.
+        zookeeper: ``zookeeper.connect``; ``None`` for a Kafka-coordinated member.
         group: ``group.id``.
         topic: the topic to consume.
         events: the JSON-lines events file.
@@ -335,7 +350,7 @@ class VerifiableOptions:
         processing_delay_ms: a pause after each batch, ms (makes kills land mid-stream).
     """
 
-    zookeeper: str
+    zookeeper: str | None
     group: str
     topic: str
     events: Path
@@ -351,13 +366,9 @@ class VerifiableOptions:
         props = {"auto.offset.reset": "smallest", **self.properties}
         if props.get("auto.commit.enable", "false").strip().lower() != "false":
             log.warning("auto.commit.enable is forced to false: the process commits itself")
-        props.update(
-            {
-                "group.id": self.group,
-                "zookeeper.connect": self.zookeeper,
-                "auto.commit.enable": "false",
-            }
-        )
+        props.update({"group.id": self.group, "auto.commit.enable": "false"})
+        if self.zookeeper is not None:
+            props["zookeeper.connect"] = self.zookeeper
         return props
 
 
@@ -377,9 +388,9 @@ class VerifiableConsumer:
         self.options = options
         self.writer = writer
         self.config = ConsumerConfig.from_properties(options.consumer_properties())
-        self.connector = ZookeeperConsumerConnector(self.config)
+        self.connector: ConsumerConnector = create_connector(self.config)
         self._owned: set[TopicPartition] = set()
-        self._session: int | None = None
+        self._session: str | None = None
         self._last_state: ConnectorState | None = None
         self._commit_lock = anyio.Lock()
         self._stop = anyio.Event()
@@ -392,20 +403,35 @@ class VerifiableConsumer:
 
     def _emit(self, event_type: str, **fields: Any) -> None:
         stats = self.connector.statistics()
-        fields.setdefault("session", _session_text(stats.session_id))
-        fields.setdefault("generation", stats.completed_rebalances)
+        fields.setdefault("session", self._session_of(stats))
+        if self.config.kafka_coordinated:
+            # The coordinator's generation (or member epoch), which fences commits.
+            fields["generation"] = stats.group_generation
+        else:
+            fields.setdefault("generation", stats.completed_rebalances)
         if event_type == "state":
             fields.setdefault("session_password", self._session_password())
         self.writer.write(event_type, **fields)
 
+    def _session_of(self, stats: ConnectorStatistics) -> str | None:
+        """The membership the events are written under: the ZooKeeper session id, or the
+        member id a Kafka group coordinator gave (``None`` while there is none)."""
+        if self.config.kafka_coordinated:
+            return stats.member_id or None
+        return _session_text(stats.session_id)
+
     def _session_password(self) -> str | None:
-        """The current session's password as hex (``None`` before the first session)."""
+        """The current ZooKeeper session's password as hex (``None`` before the first
+        session, and for a Kafka-coordinated member)."""
+        if not isinstance(self.connector, ZookeeperConsumerConnector):
+            return None
         password = self.connector.zk.session_password
         return None if password is None else password.hex()
 
     def _sync_session(self) -> None:
-        """After a session was replaced (expiry), record that its partitions are gone."""
-        current = self.connector.zk.session_id
+        """After a session was replaced (expiry, or a new member id), record that its
+        partitions are gone."""
+        current = self._session_of(self.connector.statistics())
         if current is None:
             return
         if self._session is not None and current != self._session and self._owned:
@@ -413,7 +439,7 @@ class VerifiableConsumer:
                 "revoked",
                 partitions=_entries(sorted(self._owned)),
                 reason="session_lost",
-                session=_session_text(self._session),
+                session=self._session,
             )
             self._owned.clear()
         self._session = current
@@ -542,8 +568,9 @@ class VerifiableConsumer:
                 **({"handed_out_by": handed_out_by} if handed_out_by is not None else {}),
             )
 
-    async def _start_connector(self, c: ZookeeperConsumerConnector) -> None:
-        """Open the connector's session, trying again while ZooKeeper is unreachable.
+    async def _start_connector(self, c: ConsumerConnector) -> None:
+        """Open the connector's session, trying again while ZooKeeper (or, Kafka-coordinated,
+        every broker) is unreachable.
 
         What a process supervisor would do for a consumer started during a network cut:
         each try is bounded by ``zookeeper.connection.timeout.ms``; after
@@ -553,7 +580,7 @@ class VerifiableConsumer:
             try:
                 await c.start()
                 return
-            except ZookeeperConnectionError as e:
+            except (ZookeeperConnectionError, KafkaConnectionError) as e:
                 if attempt == START_ATTEMPTS or self._stop.is_set():
                     raise
                 log.warning("start attempt %d failed: %s; trying again", attempt, e)
@@ -611,7 +638,7 @@ class VerifiableConsumer:
                 outer.start_soon(self._watch_signals)
             await self._start_connector(c)
             async with _entered(c):
-                self._session = c.zk.session_id
+                self._session = self._session_of(c.statistics())
                 self._last_state = c.state
                 self._emit("state", state=c.state.value)
                 async with anyio.create_task_group() as tg:
@@ -636,7 +663,7 @@ class VerifiableConsumer:
 
 def verifiable_consumer_command(
     *,
-    zookeeper: str,
+    zookeeper: str | None,
     group: str,
     topic: str,
     events: str | Path,
@@ -649,6 +676,9 @@ def verifiable_consumer_command(
 ) -> list[str]:
     """The argv that runs a verifiable consumer with this interpreter (for ``subprocess``).
 
+    ``zookeeper`` is ``None`` for a Kafka-coordinated member (``group.coordinator=kafka`` in
+    ``properties``).
+
     Returns:
         ``[sys.executable, "-m", "aiozkconsumer.testing.verifiable", ...]``.
     """
@@ -656,8 +686,6 @@ def verifiable_consumer_command(
         sys.executable,
         "-m",
         "aiozkconsumer.testing.verifiable",
-        "--zookeeper",
-        zookeeper,
         "--group",
         group,
         "--topic",
@@ -667,6 +695,8 @@ def verifiable_consumer_command(
         "--events",
         str(events),
     ]
+    if zookeeper is not None:
+        argv += ["--zookeeper", zookeeper]
     for key, value in (properties or {}).items():
         text = str(value).lower() if isinstance(value, bool) else str(value)
         argv += ["--consumer-property", f"{key}={text}"]
@@ -696,7 +726,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m aiozkconsumer.testing.verifiable",
         description="A consumer-group member that records what it does as JSON lines.",
     )
-    parser.add_argument("--zookeeper", required=True, help="zookeeper.connect")
+    parser.add_argument(
+        "--zookeeper",
+        default=None,
+        help="zookeeper.connect (not for a member with group.coordinator=kafka)",
+    )
     parser.add_argument("--group", required=True, help="group.id")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--streams", type=int, default=1)
@@ -717,13 +751,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _entered(contextlib.AbstractAsyncContextManager["ZookeeperConsumerConnector"]):
+class _entered(contextlib.AbstractAsyncContextManager["ConsumerConnector"]):
     """``async with`` for a connector that was started already (``__aexit__`` only)."""
 
-    def __init__(self, connector: ZookeeperConsumerConnector) -> None:
+    def __init__(self, connector: ConsumerConnector) -> None:
         self.connector = connector
 
-    async def __aenter__(self) -> ZookeeperConsumerConnector:
+    async def __aenter__(self) -> ConsumerConnector:
         return self.connector
 
     async def __aexit__(self, *exc: Any) -> bool | None:

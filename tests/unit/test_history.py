@@ -1109,3 +1109,59 @@ def test_short_restart_rule_needs_the_fault_log() -> None:
     assert result.ok, result.summary()
     assert result.zookeeper_restarts == ()
     assert len(result.session_expiries) == 1
+
+
+# -- transactions: aborted and uncommitted reads ---------------------------------------------
+
+
+def _transactional_log() -> ProducedLog:
+    """Partition 0: records 0-1 plain, 2-3 an aborted transaction (its marker at 4), 5-6 a
+    committed one (its marker at 7), 8 plain."""
+    records = [(T, 0, o, f"0:{o}") for o in (0, 1, 5, 6, 8)]
+    aborted = [(T, 0, o, f"0:a{o}") for o in (2, 3)]
+    return ProducedLog.from_records(records, aborted)
+
+
+def _read(member: str, ranges: list[tuple[int, int, int]], t0: float = 1.0) -> list[dict[str, Any]]:
+    events = [startup(0.0, member), assigned(0.5, member, {0: -1})]
+    for i, (low, high, count) in enumerate(ranges):
+        events.append(consumed(t0 + i, member, 0, low, high, count=count))
+    return [*events, committed(t0 + len(ranges), member, {0: 9}), shutdown(9.0, member)]
+
+
+def test_read_committed_skipping_aborted_records_and_markers_is_clean() -> None:
+    result = check(_transactional_log(), _read("a", [(0, 1, 2), (5, 8, 3)]))
+    assert result.ok, result.summary()
+    assert result.lost == 0 and result.produced == 5
+
+
+def test_aborted_record_delivered_is_an_aborted_read() -> None:
+    # One batch runs over the aborted transaction: 6 records where 4 are committed.
+    result = check(_transactional_log(), _read("a", [(0, 6, 6), (8, 8, 1)]))
+    only(result, AnomalyKind.ABORTED_READ)
+    (anomaly,) = result.anomalies
+    assert anomaly.offsets == (2, 3) and anomaly.member == "a"
+    # A batch that starts on an aborted record.
+    result = check(_transactional_log(), _read("a", [(0, 1, 2), (2, 3, 2), (5, 8, 3)]))
+    only(result, AnomalyKind.ABORTED_READ)
+
+
+def test_produced_log_with_aborted_records_round_trips(tmp_path: Path) -> None:
+    log = _transactional_log()
+    log.write(tmp_path / "p.jsonl")
+    again = load_produced_log(tmp_path / "p.jsonl")
+    assert again == log and len(again) == 5
+    with pytest.raises(ValueError, match="aborted and not"):
+        ProducedLog.from_records([(T, 0, 1, "x")], [(T, 0, 1, "y")])
+
+
+def test_record_delivered_before_its_transaction_committed_is_an_uncommitted_read() -> None:
+    # The transaction of offsets 5-6 began committing at 3.5: the delivery at 2.0 read past
+    # the last stable offset.
+    committed_at = {(T, 0): {5: 3.5, 6: 3.5}}
+    early = _read("a", [(0, 1, 2), (5, 8, 3)])  # (5..8) at ts 2.0
+    result = check(_transactional_log(), early, committed_at=committed_at)
+    only(result, AnomalyKind.UNCOMMITTED_READ)
+    assert result.anomalies[0].offsets == (5, 6)
+    late = _read("a", [(0, 1, 2), (5, 8, 3)], t0=3.0)  # (5..8) at ts 4.0
+    assert check(_transactional_log(), late, committed_at=committed_at).ok

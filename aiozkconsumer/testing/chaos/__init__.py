@@ -12,6 +12,27 @@ The faults (:class:`FaultKind`), on consumers, ZooKeeper and the network, never 
 the broker, with ``acks=all`` and an idempotent producer on a direct listener, is the trusted
 substrate.
 
+Members are ZooKeeper-coordinated (the default) or Kafka-coordinated (:class:`CoordinatorMode`:
+``group.coordinator=kafka`` with the classic protocol or ``group.protocol=consumer``), on a
+KRaft cluster of three brokers with the topic and ``__consumer_offsets`` at replication factor
+3 and ``min.insync.replicas=2`` (see ``tests/integration/test_chaos_kafka.py`` for the
+brokers' settings). Kafka mode has faults of its own, on the brokers the group depends on:
+``coordinator_kill`` (the group coordinator's broker is SIGKILLed, kept down a few seconds and
+restarted: the coordinator moves to another replica of its ``__consumer_offsets`` partition),
+``leader_kill`` (likewise the leader of some of the topic's partitions), ``broker_link`` cut to
+one broker of a member's link, and ``rolling_restart`` (each broker in turn, waiting for its
+replicas to be in sync again); ``kill`` and ``pause`` (shorter and longer than the session
+timeout) as in ZooKeeper mode. The broker killed is never the KRaft controller (broker 0, the
+only voter): a coordinator on it is stopped gracefully instead, since with the controller dead
+no leadership moves at all. Broker faults come one at a time, replicas back in sync before the
+next.
+
+With ``transactions=`` the producer writes that share of its chunks in transactions and
+aborts three in ten of them; members read with ``isolation.level=read_committed``. The
+produced log is read back twice (``read_committed``: the records to read; what
+``read_uncommitted`` adds: the aborted records), and the checker judges ``aborted_read`` and
+``uncommitted_read`` with the producer's commit times.
+
 - ``kill``: SIGKILL a consumer process and start a replacement (a new incarnation).
 - ``pause``: SIGSTOP a consumer past its session timeout, then SIGCONT: the classic zombie,
   which wakes up believing it still owns its partitions.
@@ -69,6 +90,8 @@ from aiozkconsumer.testing.chaos.report import (
 )
 from aiozkconsumer.testing.chaos.schedule import (
     DEFAULT_WEIGHTS,
+    KAFKA_WEIGHTS,
+    CoordinatorMode,
     Fault,
     FaultKind,
     FaultScheduler,
@@ -78,7 +101,9 @@ from aiozkconsumer.testing.history import ProducedLog, check_history, load_event
 
 __all__ = [
     "DEFAULT_WEIGHTS",
+    "KAFKA_WEIGHTS",
     "ChaosConfig",
+    "CoordinatorMode",
     "ChaosReport",
     "Fault",
     "FaultKind",
@@ -131,6 +156,7 @@ async def run_chaos(
     finish_timeout_s: float = 180.0,
     liveness_slack_s: float = 20.0,
     on_progress: Callable[[str], None] | None = None,
+    mode: CoordinatorMode | str = CoordinatorMode.ZOOKEEPER,
     **options: Any,
 ) -> ChaosReport:
     """Run a whole chaos run against a running cluster; return what it found.
@@ -163,15 +189,22 @@ async def run_chaos(
         liveness_slack_s: the checker's slack beyond the session timeout for every partition
             to be owned again after the heal.
         on_progress: called with a line of text at each phase (for a soak's console).
+        mode: who coordinates the group (:class:`CoordinatorMode` or its value); a Kafka mode
+            needs a KRaft cluster, and with 3 brokers or more the topic is created with
+            replication factor 3. ``session_timeout_ms`` is then the classic members'
+            ``session.timeout.ms``; with ``kafka-consumer`` it must match the brokers'
+            ``group.consumer.session.timeout.ms`` (the faults' lengths are drawn from it).
         options: further :class:`ChaosConfig` fields (``streams``, ``commit_interval_ms``,
             ``max_records``, ``processing_delay_ms``, ``chunk_interval_s``,
-            ``consumer_properties``, ``consumer_log_level``).
+            ``consumer_properties``, ``consumer_log_level``, ``heartbeat_interval_ms``,
+            ``transactions``).
 
     Returns:
         The report; ``report.ok`` is the verdict, ``report.summary()`` the explanation.
 
     Raises:
-        ValueError: if an argument is out of range.
+        ValueError: if an argument is out of range, or a Kafka mode is asked of a cluster
+            that is not KRaft.
         LocalClusterError: if the cluster is not running, or a server cannot be brought back
             up after the faults.
         BrokerNotAvailableError: if the brokers cannot be reached to create the topic, start
@@ -179,7 +212,12 @@ async def run_chaos(
     """
     if consumers < 1 or partitions < 1 or records < 0 or not duration_s > 0:
         raise ValueError("consumers and partitions must be >= 1, records >= 0, duration_s > 0")
+    mode = CoordinatorMode(mode)
+    if mode.kafka and not cluster.kraft:
+        raise ValueError(f"mode {mode.value} needs a KRaft cluster")
+    options.setdefault("replication_factor", min(3, len(cluster.broker_ids)) if mode.kafka else 1)
     config = ChaosConfig(
+        mode=mode,
         duration_s=duration_s,
         seed=seed,
         session_timeout_ms=session_timeout_ms,
@@ -211,6 +249,7 @@ async def run_chaos(
         interval_s=interval_s,
         weights=weights,
         links=use_links,
+        mode=mode,
     )
     schedule = scheduler.plan(duration_s)
     _write_schedule(directory / "schedule.txt", seed, schedule)
@@ -236,7 +275,9 @@ async def run_chaos(
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(run.monitor, name="chaos monitor")
-            await cluster.create_topic(run.topic, partitions)
+            await cluster.create_topic(
+                run.topic, partitions, replication_factor=config.replication_factor
+            )
             for slot in range(consumers):
                 await run.spawn(slot)
             for m in list(run.slots.values()):
@@ -293,6 +334,10 @@ async def run_chaos(
         missing += sum(1 for pair in pairs if pair not in present)
     if missing:
         run.problems.append(f"{missing} acknowledged records are not in the topic (broker?)")
+    kept = {(tp[1], o) for tp, pairs in produced.records.items() for o, _ in pairs}
+    resurrected = sum(1 for _, p, o, _ in run.aborted_sent if (p, o) in kept)
+    if resurrected:
+        run.problems.append(f"{resurrected} records of aborted transactions are committed")
     events = load_events(*(m.events for m in run.members if m.events.exists()))
     # Faults that failed half-way may still have hit something: they count too.
     injected = [o.injected() for o in run.outcomes.values() if o.status != "skipped"]
@@ -306,6 +351,7 @@ async def run_chaos(
             commit_interval_ms=config.commit_interval_ms,
             faults=injected,
             acked_at=run.acked_at,
+            committed_at=run.committed_at if config.transactions else None,
         )
     )
     phase("check")
@@ -319,6 +365,7 @@ async def run_chaos(
         records=len(produced),
         acknowledged=len(run.acked),
         produce_failures=run.produce_failures,
+        transactions=dict(run.transactions) if config.transactions else {},
         incarnations=len(run.members),
         unexpected_exits=tuple(run.unexpected),
         finished=finished,

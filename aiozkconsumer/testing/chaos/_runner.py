@@ -1,8 +1,9 @@
 """The pieces of a chaos run: consumer processes, the producer, the fault injector.
 
 :class:`Run` holds the state of one run of :func:`aiozkconsumer.testing.chaos.run_chaos`,
-which drives its phases: it starts and replaces verifiable consumer processes, reads their
-event files, produces checkable records, injects and heals the planned faults, and stops the
+which drives its phases: it starts and replaces verifiable consumer processes (ZooKeeper- or
+Kafka-coordinated), reads their event files, produces checkable records (some in
+transactions, some of them aborted), injects and heals the planned faults, and stops the
 consumers at the end.
 """
 
@@ -30,8 +31,10 @@ from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
 from aiozkconsumer.errors import ZookeeperError
 from aiozkconsumer.testing._processes import make_preexec
+from aiozkconsumer.testing._render import KRAFT_CONTROLLER_ID
+from aiozkconsumer.testing.chaos._brokers import BrokerLookup
 from aiozkconsumer.testing.chaos.report import ChaosConfig, FaultOutcome
-from aiozkconsumer.testing.chaos.schedule import Fault, FaultKind
+from aiozkconsumer.testing.chaos.schedule import CoordinatorMode, Fault, FaultKind
 from aiozkconsumer.testing.cluster import LinkTarget, LocalCluster, LocalClusterError, ProxyLink
 from aiozkconsumer.testing.history import ProducedLog
 from aiozkconsumer.testing.verifiable import verifiable_consumer_command
@@ -51,6 +54,23 @@ _EXPIRE_TIMEOUT_S = 20.0
 _RESTART_TIMEOUT_S = 120.0
 _PRODUCE_TIMEOUT_S = 120.0
 _DETAIL_CHARS = 400
+_IN_SYNC_S = 90.0
+"""How long the replicas may take to be in sync again after a broker came back."""
+_TRANSACTION_TIMEOUT_MS = 15_000
+"""The transactional producer's ``transaction.timeout.ms``: a transaction left open by a
+producer that was replaced is aborted by its coordinator after this."""
+_ABORTED_SHARE = 0.3
+"""The share of the producer's transactions it aborts."""
+_BROKER_FAULTS = frozenset(
+    {
+        FaultKind.ZOOKEEPER_RESTART,
+        FaultKind.BROKER_RESTART,
+        FaultKind.COORDINATOR_KILL,
+        FaultKind.LEADER_KILL,
+        FaultKind.ROLLING_RESTART,
+    }
+)
+"""Faults on servers, on no member in particular."""
 
 
 class Tail:
@@ -125,6 +145,13 @@ class Run:
         self.acked_at: dict[tuple[str, int], dict[int, float]] = {}
         """``{(topic, partition): {offset: time.time() of its acknowledgement}}``: from then
         the record waits for its owner (the checker's ``stalled`` rule)."""
+        self.committed_at: dict[tuple[str, int], dict[int, float]] = {}
+        """``{(topic, partition): {offset: time.time() when its transaction's commit
+        began}}`` (the checker's ``uncommitted_read`` rule)."""
+        self.aborted_sent: list[tuple[str, int, int, str]] = []
+        """Records the producer wrote in transactions it aborted."""
+        self.transactions = {"committed": 0, "aborted": 0, "failed": 0}
+        self.brokers = BrokerLookup(cluster)
         self.produce_failures = 0
         self.respawn = True
         self.produced = anyio.Event()
@@ -144,24 +171,18 @@ class Run:
         name = f"c{slot}" if number == 1 else f"c{slot}.{number}"
         events = self.events_dir / f"{name}.jsonl"
         link = self.link_of(slot)
-        properties: dict[str, object] = {
-            "zookeeper.session.timeout.ms": cfg.session_timeout_ms,
-            "zookeeper.connection.timeout.ms": 30_000,
-            "rebalance.backoff.ms": 500,
-            "rebalance.max.retries": 60,
-            "socket.timeout.ms": 10_000,
-            # Explicit: "auto" decides once, at start, from /brokers/ids, which is empty
-            # while the only broker restarts.
-            "cluster.metadata.source": "kafka" if self.cluster.kraft else "zookeeper",
-            "bootstrap.servers": (
-                link.bootstrap_servers if link is not None else self.cluster.bootstrap_servers
-            ),
-            **cfg.consumer_properties,
-        }
+        bootstrap = link.bootstrap_servers if link is not None else self.cluster.bootstrap_servers
+        zookeeper: str | None = (
+            link.zookeeper_connect if link is not None else self.cluster.zookeeper_connect
+        )
+        properties: dict[str, object]
+        if cfg.mode.kafka:
+            zookeeper = None
+            properties = self.kafka_properties(bootstrap)
+        else:
+            properties = self.zookeeper_properties(bootstrap)
         argv = verifiable_consumer_command(
-            zookeeper=(
-                link.zookeeper_connect if link is not None else self.cluster.zookeeper_connect
-            ),
+            zookeeper=zookeeper,
             group=self.group,
             topic=self.topic,
             events=events,
@@ -187,6 +208,48 @@ class Run:
         self.slots[slot] = member
         log.info("started consumer %s (pid %d)", name, proc.pid)
         return member
+
+    def zookeeper_properties(self, bootstrap: str) -> dict[str, object]:
+        """A ZooKeeper-coordinated member's properties."""
+        cfg = self.config
+        return {
+            "zookeeper.session.timeout.ms": cfg.session_timeout_ms,
+            "zookeeper.connection.timeout.ms": 30_000,
+            "rebalance.backoff.ms": 500,
+            "rebalance.max.retries": 60,
+            "socket.timeout.ms": 10_000,
+            # Explicit: "auto" decides once, at start, from /brokers/ids, which is empty
+            # while the only broker restarts.
+            "cluster.metadata.source": "kafka" if self.cluster.kraft else "zookeeper",
+            "bootstrap.servers": bootstrap,
+            **self.isolation(),
+            **cfg.consumer_properties,
+        }
+
+    def kafka_properties(self, bootstrap: str) -> dict[str, object]:
+        """A Kafka-coordinated member's properties (classic, or ``group.protocol=consumer``:
+        then the session timeout and heartbeat interval are the broker's)."""
+        cfg = self.config
+        protocol: dict[str, object] = (
+            {"group.protocol": "consumer"}
+            if cfg.mode is CoordinatorMode.KAFKA_CONSUMER
+            else {
+                "session.timeout.ms": cfg.session_timeout_ms,
+                "heartbeat.interval.ms": cfg.heartbeat_interval_ms,
+            }
+        )
+        return {
+            "group.coordinator": "kafka",
+            "bootstrap.servers": bootstrap,
+            "socket.timeout.ms": 10_000,
+            **protocol,
+            **self.isolation(),
+            **cfg.consumer_properties,
+        }
+
+    def isolation(self) -> dict[str, object]:
+        """``isolation.level=read_committed`` when the producer writes transactions."""
+        return {"isolation.level": "read_committed"} if self.config.transactions > 0 else {}
 
     async def next_poll(self) -> None:
         """Wait for the monitor's next look at the event files and processes."""
@@ -253,10 +316,14 @@ class Run:
         """Produce ``records`` checkable records in chunks over the fault phase."""
         cfg = self.config
         rng = random.Random(f"producer-{cfg.seed}")
+        # A generator of its own: the ZooKeeper runs' partitions stay what they were.
+        transactions = random.Random(f"transactions-{cfg.seed}")
         chunks = max(1, math.ceil(cfg.duration_s / cfg.chunk_interval_s))
         per_chunk = math.ceil(cfg.records / chunks) if cfg.records else 0
         next_seq = dict.fromkeys(range(cfg.partitions), 0)
+        aborted_seq = 0
         producer = await self._new_producer()
+        transactional = await self._new_producer(transactional=True) if cfg.transactions else None
         try:
             began = anyio.current_time()
             left = cfg.records
@@ -264,27 +331,61 @@ class Run:
             while left > 0:
                 await anyio.sleep_until(began + k * cfg.chunk_interval_s)
                 n = min(per_chunk, left)
+                targets = [rng.randrange(cfg.partitions) for _ in range(n)]
+                how = "plain"
+                if transactional is not None and transactions.random() < cfg.transactions:
+                    how = "abort" if transactions.random() < _ABORTED_SHARE else "commit"
                 batch = []
-                for _ in range(n):
-                    p = rng.randrange(cfg.partitions)
+                for p in targets:
+                    if how == "abort":
+                        # Never read: no sequence number of the partition is used up.
+                        batch.append((p, f"{p}:aborted-{aborted_seq}"))
+                        aborted_seq += 1
+                        continue
                     seq = next_seq[p]
                     next_seq[p] = seq + 1
-                    batch.append((p, seq))
+                    batch.append((p, f"{p}:{seq}"))
                 async with self.produce_lock:
-                    if not await self._send_chunk(producer, batch):
-                        # An idempotent producer whose sends were abandoned may be stuck
-                        # with sequence numbers the broker never saw: start afresh.
-                        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                            await producer.stop()
-                        producer = await self._new_producer()
+                    if how == "plain":
+                        if not await self._send_chunk(producer, batch):
+                            # An idempotent producer whose sends were abandoned may be stuck
+                            # with sequence numbers the broker never saw: start afresh.
+                            producer = await self._renew(producer)
+                    elif transactional is not None and not await self._send_transaction(
+                        transactional, batch, commit=how == "commit"
+                    ):
+                        # A new producer with the same transactional id fences the old one
+                        # and has its open transaction aborted.
+                        transactional = await self._renew(transactional, transactional=True)
                 left -= n
                 k += 1
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await producer.stop()
+                if transactional is not None:
+                    await transactional.stop()
             self.produced.set()
 
-    async def _new_producer(self) -> AIOKafkaProducer:
+    async def _renew(
+        self, producer: AIOKafkaProducer, *, transactional: bool = False
+    ) -> AIOKafkaProducer:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            await producer.stop()
+        with anyio.fail_after(_PRODUCE_TIMEOUT_S):
+            while True:
+                try:
+                    return await self._new_producer(transactional=transactional)
+                except kafka_errors.KafkaError as e:
+                    log.warning("starting a producer failed (%r); trying again", e)
+                    await anyio.sleep(1)
+
+    async def _new_producer(self, *, transactional: bool = False) -> AIOKafkaProducer:
+        extra: dict[str, Any] = {}
+        if transactional:
+            extra = {
+                "transactional_id": f"{self.group}-producer",
+                "transaction_timeout_ms": _TRANSACTION_TIMEOUT_MS,
+            }
         producer = AIOKafkaProducer(
             bootstrap_servers=self.cluster.bootstrap_servers,
             client_id=_CLIENT_ID,
@@ -292,21 +393,63 @@ class Run:
             enable_idempotence=True,
             linger_ms=5,
             request_timeout_ms=30_000,
+            **extra,
         )
-        await producer.start()
+        try:
+            await producer.start()
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await producer.stop()
+            raise
         return producer
 
-    async def _send_chunk(self, producer: AIOKafkaProducer, batch: list[tuple[int, int]]) -> bool:
+    async def _send_transaction(
+        self, producer: AIOKafkaProducer, batch: list[tuple[int, str]], *, commit: bool
+    ) -> bool:
+        """Send one chunk in a transaction, then commit or abort it; ``False`` if anything
+        failed (the outcome is then the brokers' to tell: the read-back says)."""
+        committing = math.nan
+        try:
+            with anyio.fail_after(_PRODUCE_TIMEOUT_S):
+                await producer.begin_transaction()
+                futures = [
+                    await producer.send(self.topic, value.encode(), key=value.encode(), partition=p)
+                    for p, value in batch
+                ]
+                metas = await asyncio.gather(*futures)
+                if commit:
+                    committing = time.time()
+                    await producer.commit_transaction()
+                else:
+                    await producer.abort_transaction()
+        except (kafka_errors.KafkaError, TimeoutError) as e:
+            self.produce_failures += 1
+            self.transactions["failed"] += 1
+            log.warning("a transaction failed (%r); the read-back will tell", e)
+            return False
+        now = time.time()
+        self.transactions["committed" if commit else "aborted"] += 1
+        for (p, value), meta in zip(batch, metas, strict=True):
+            offset = int(meta.offset)
+            if commit:
+                self.acked.append((self.topic, p, offset, value))
+                self.acked_at.setdefault((self.topic, p), {})[offset] = now
+                self.committed_at.setdefault((self.topic, p), {})[offset] = committing
+            else:
+                self.aborted_sent.append((self.topic, p, offset, value))
+        return True
+
+    async def _send_chunk(self, producer: AIOKafkaProducer, batch: list[tuple[int, str]]) -> bool:
         """Send one chunk and wait for its acknowledgements; ``False`` if any failed."""
         futures = []
         values = []
         try:
             with anyio.fail_after(_PRODUCE_TIMEOUT_S):
-                for p, seq in batch:
-                    value = f"{p}:{seq}"
+                for p, value in batch:
+                    key = value.partition(":")[2]
                     futures.append(
                         await producer.send(
-                            self.topic, value.encode(), key=str(seq).encode(), partition=p
+                            self.topic, value.encode(), key=key.encode(), partition=p
                         )
                     )
                     values.append((p, value))
@@ -331,7 +474,21 @@ class Run:
         return not failed
 
     async def read_back(self) -> ProducedLog:
-        """Read the whole topic directly from the brokers: the log the consumers must read."""
+        """Read the whole topic directly from the brokers: the log the consumers must read.
+
+        With transactions, twice: ``read_committed`` gives the records to read, and what a
+        ``read_uncommitted`` reader sees besides them are the aborted ones.
+        """
+        committed = await self._read_topic("read_committed")
+        if not self.config.transactions:
+            return ProducedLog.from_records(committed)
+        everything = await self._read_topic("read_uncommitted")
+        kept = {(p, o) for _, p, o, _ in committed}
+        return ProducedLog.from_records(
+            committed, [r for r in everything if (r[1], r[2]) not in kept]
+        )
+
+    async def _read_topic(self, isolation: str) -> list[tuple[str, int, int, bytes]]:
         ends = await self.cluster.log_end_offsets(self.topic)
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.cluster.bootstrap_servers,
@@ -339,6 +496,7 @@ class Run:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             group_id=None,
+            isolation_level=isolation,
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
         records: list[tuple[str, int, int, bytes]] = []
@@ -355,12 +513,15 @@ class Run:
                         records.extend(
                             (self.topic, tp.partition, m.offset, m.value or b"") for m in msgs
                         )
-                        if msgs and msgs[-1].offset + 1 >= ends[tp.partition]:
+                    # The position, not the last record: aborted records and transaction
+                    # markers at the end of a partition are never handed out.
+                    for tp in list(remaining):
+                        if await consumer.position(tp) >= ends[tp.partition]:
                             remaining.discard(tp)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await consumer.stop()
-        return ProducedLog.from_records(records)
+        return records
 
     # -- faults --------------------------------------------------------------------------
 
@@ -380,7 +541,7 @@ class Run:
         one in its slot then; a link fault also hits the processes started in its slots
         while the link was cut (a kill's replacement uses the same link).
         """
-        if fault.kind in (FaultKind.ZOOKEEPER_RESTART, FaultKind.BROKER_RESTART):
+        if fault.kind in _BROKER_FAULTS:
             return None
         slots = range(self.config.consumers) if fault.member is None else (fault.member,)
         names = [before[s].name for s in slots if s in before]
@@ -428,6 +589,10 @@ class Run:
         if kind is FaultKind.BROKER_RESTART:
             assert fault.broker is not None
             return await self._restart_broker(fault.broker)
+        if kind in (FaultKind.COORDINATOR_KILL, FaultKind.LEADER_KILL):
+            return await self._kill_broker(fault)
+        if kind is FaultKind.ROLLING_RESTART:
+            return await self._rolling_restart()
         return await self._cut(fault)
 
     @staticmethod
@@ -495,7 +660,68 @@ class Run:
                     raise
         return f"broker {broker} restarted in {time.monotonic() - began:.1f} s"
 
+    def in_sync_topics(self) -> list[str]:
+        """The topics whose replicas must be in sync before the next broker fault."""
+        topics = [self.topic, "__consumer_offsets"]
+        if self.config.transactions:
+            topics.append("__transaction_state")
+        return topics
+
+    async def _kill_broker(self, fault: Fault) -> str:
+        """``coordinator_kill`` / ``leader_kill``: SIGKILL the broker (a graceful stop if it
+        is the KRaft controller, whose death would freeze every leadership), keep it down,
+        restart it, and wait until the replicas are in sync again."""
+        if fault.kind is FaultKind.COORDINATOR_KILL:
+            target = await self.brokers.coordinator(self.group)
+            what = "the group coordinator"
+            if target is None:
+                return "skipped: the group coordinator is unknown"
+        else:
+            leaders = await self.brokers.leaders(self.topic)
+            rng = random.Random(f"leader-{self.config.seed}-{fault.number}")
+            followers = sorted({b for b in leaders.values() if b != KRAFT_CONTROLLER_ID})
+            choices = followers or sorted(set(leaders.values()))
+            if not choices:
+                return "skipped: no partition leader is known"
+            target = rng.choice(choices)
+            led = sorted(p for p, b in leaders.items() if b == target)
+            what = f"the leader of partitions {led}"
+        graceful = target == KRAFT_CONTROLLER_ID
+        began = time.monotonic()
+        try:
+            if graceful:
+                await self.cluster.stop_broker(target)
+            else:
+                self.cluster.kill_broker(target)
+            await anyio.sleep(fault.duration_s)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.fail_after(_RESTART_TIMEOUT_S):
+                await self.cluster.restart_broker(target)
+        back = time.monotonic() - began
+        synced = await self.brokers.wait_in_sync(self.in_sync_topics(), _IN_SYNC_S)
+        how = "stopped (the KRaft controller)" if graceful else "killed"
+        return (
+            f"broker {target} ({what}) {how}, back after {back:.1f} s, "
+            f"replicas {'in sync' if synced else 'NOT in sync'} after "
+            f"{time.monotonic() - began:.1f} s"
+        )
+
+    async def _rolling_restart(self) -> str:
+        """Restart every broker (controlled shutdown, start), waiting after each until every
+        replica is in sync again (as an operator's rolling restart does)."""
+        began = time.monotonic()
+        steps = []
+        for broker in self.cluster.broker_ids:
+            t0 = time.monotonic()
+            with anyio.CancelScope(shield=True), anyio.fail_after(_RESTART_TIMEOUT_S):
+                await self.cluster.restart_broker(broker)
+            synced = await self.brokers.wait_in_sync(self.in_sync_topics(), _IN_SYNC_S)
+            steps.append(f"{broker}: {time.monotonic() - t0:.1f} s{'' if synced else ' (ISR!)'}")
+        return f"rolling restart in {time.monotonic() - began:.1f} s ({', '.join(steps)})"
+
     async def _cut(self, fault: Fault) -> str:
+        if fault.kind is FaultKind.BROKER_LINK and fault.broker is not None:
+            return await self._cut_one_broker(fault, fault.broker)
         target: LinkTarget = "zookeeper" if fault.kind is FaultKind.ZOOKEEPER_LINK else "brokers"
         slots = range(self.config.consumers) if fault.member is None else [fault.member]
         links = [link for s in slots if (link := self.link_of(s)) is not None]
@@ -511,6 +737,20 @@ class Run:
                 for link in links:
                     await link.heal(target)
         return f"{len(links)} link(s) cut"
+
+    async def _cut_one_broker(self, fault: Fault, broker: int) -> str:
+        """A member's link to one broker only (Kafka mode)."""
+        link = self.link_of(self._slot(fault))
+        if link is None:
+            return "skipped: no proxied link"
+        assert fault.mode is not None
+        try:
+            await link.cut(broker, fault.mode, fault.direction, delay_s=fault.delay_s)
+            await anyio.sleep(fault.duration_s)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await link.heal(broker)
+        return f"link {link.index} to broker {broker} cut"
 
     async def schedule(self, faults: Sequence[Fault]) -> None:
         """Inject each fault at its time; return once every one has been healed."""
@@ -530,10 +770,14 @@ class Run:
         running = self.cluster.pids
         if "zookeeper" not in running:
             await self.cluster.start_zookeeper()
+        restarted = False
         for broker in self.cluster.broker_ids:
             if f"broker-{broker}" not in running:
+                restarted = True
                 async with self.produce_lock:
                     await self.cluster.restart_broker(broker)
+        if restarted and self.config.mode.kafka:
+            await self.brokers.wait_in_sync(self.in_sync_topics(), _IN_SYNC_S)
         self.poll()
         await self.replace_exited()
 
@@ -562,6 +806,13 @@ class Run:
         with anyio.move_on_after(limit_s):
             await self.produced.wait()
         ends = await self.cluster.log_end_offsets(self.topic)
+        if self.config.transactions:
+            # A member commits the offset after the last record it read: past it there may
+            # be only aborted records and transaction markers, never handed out.
+            last: dict[int, int] = {}
+            for _, p, offset, _ in await self._read_topic("read_committed"):
+                last[p] = max(last.get(p, -1), offset)
+            ends = {p: last[p] + 1 if p in last else 0 for p in ends}
         with anyio.move_on_after(limit_s):
             while not self.finished(ends):
                 await self.next_poll()

@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from aiozkconsumer.testing.chaos.schedule import DEFAULT_WEIGHTS, Fault, FaultKind
+from aiozkconsumer.testing.chaos.schedule import (
+    CoordinatorMode,
+    Fault,
+    FaultKind,
+    weights_for,
+)
 from aiozkconsumer.testing.history import (
     CheckResult,
     Handover,
@@ -176,6 +181,14 @@ class ChaosConfig:
         consumer_properties: more consumer properties (dotted keys) for every consumer.
         consumer_log_level: the consumers' log level (their stderr goes to
             ``<events_dir>/<member>.stderr``); ``INFO`` shows every rebalance attempt.
+        mode: who coordinates the group (:class:`CoordinatorMode`); Kafka modes need a
+            KRaft cluster (see :func:`~aiozkconsumer.testing.chaos.run_chaos`).
+        heartbeat_interval_ms: the members' ``heartbeat.interval.ms`` (classic protocol; the
+            consumer protocol's comes from the broker).
+        transactions: the share of the producer's chunks written in transactions, 0 to 1
+            (0: none); three in ten of those transactions are aborted. Members then read with
+            ``isolation.level=read_committed``.
+        replication_factor: the topic's replication factor (Kafka modes: 3).
     """
 
     duration_s: float
@@ -195,6 +208,16 @@ class ChaosConfig:
     liveness_slack_s: float = 20.0
     consumer_properties: Mapping[str, str] = field(default_factory=dict)
     consumer_log_level: str = "INFO"
+    mode: CoordinatorMode = CoordinatorMode.ZOOKEEPER
+    heartbeat_interval_ms: int = 1000
+    transactions: float = 0.0
+    replication_factor: int = 1
+
+    @property
+    def kinds(self) -> list[FaultKind]:
+        """The fault kinds the run may draw (its weights', or its mode's defaults)."""
+        weights = self.weights if self.weights is not None else weights_for(self.mode)
+        return [k for k in FaultKind if weights.get(k, 0) > 0]
 
     def to_json(self) -> dict[str, Any]:
         """The configuration as a JSON-serializable dict."""
@@ -206,7 +229,7 @@ class ChaosConfig:
             "partitions": self.partitions,
             "records": self.records,
             "interval_s": self.interval_s,
-            "weights": {k.value: w for k, w in (self.weights or DEFAULT_WEIGHTS).items()},
+            "weights": {k.value: w for k, w in (self.weights or weights_for(self.mode)).items()},
             "streams": self.streams,
             "commit_interval_ms": self.commit_interval_ms,
             "max_records": self.max_records,
@@ -216,6 +239,10 @@ class ChaosConfig:
             "liveness_slack_s": self.liveness_slack_s,
             "consumer_properties": dict(self.consumer_properties),
             "consumer_log_level": self.consumer_log_level,
+            "mode": self.mode.value,
+            "heartbeat_interval_ms": self.heartbeat_interval_ms,
+            "transactions": self.transactions,
+            "replication_factor": self.replication_factor,
         }
 
 
@@ -244,6 +271,8 @@ class ChaosReport:
             ``stop``, ``check``, ``total``).
         result: the history checker's result.
         events_dir: where the produced log, the event files and the fault log are.
+        transactions: the producer's transactions by outcome (``committed``, ``aborted``,
+            ``failed``: the brokers' read-back tells); empty without transactions.
     """
 
     config: ChaosConfig
@@ -262,6 +291,7 @@ class ChaosReport:
     phases_s: Mapping[str, float]
     result: CheckResult
     events_dir: Path
+    transactions: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def seed(self) -> int:
@@ -270,11 +300,11 @@ class ChaosReport:
 
     @property
     def faults(self) -> dict[str, int]:
-        """Faults injected, by kind (every kind listed, 0 included)."""
-        counts = {k.value: 0 for k in FaultKind}
+        """Faults injected, by kind (every kind the run may draw listed, 0 included)."""
+        counts = {k.value: 0 for k in self.config.kinds}
         for o in self.outcomes:
             if o.status == "injected":
-                counts[o.fault.kind.value] += 1
+                counts[o.fault.kind.value] = counts.get(o.fault.kind.value, 0) + 1
         return counts
 
     @property
@@ -340,6 +370,7 @@ class ChaosReport:
             f"{self.config.consumers} consumers, {self.config.partitions} partitions, "
             f"{self.records} records, fault phase {self.config.duration_s:g} s",
             f"faults injected: {injected} ({kinds}); not injected: {self.skipped or 0}",
+            f"mode={self.config.mode.value} transactions={dict(self.transactions) or 'none'}",
             f"incarnations={self.incarnations} produce_failures={self.produce_failures} "
             f"finished={self.finished} phases="
             + " ".join(f"{k}={v:.0f}s" for k, v in self.phases_s.items()),
@@ -363,6 +394,7 @@ class ChaosReport:
             "group": self.group,
             "faults_injected": self.faults,
             "faults_not_injected": self.skipped,
+            "transactions": dict(self.transactions),
             "records": self.records,
             "acknowledged": self.acknowledged,
             "produce_failures": self.produce_failures,

@@ -3,6 +3,12 @@
 :class:`FaultScheduler` draws a chaos run's faults from ``random.Random(seed)`` alone, so the
 same seed gives the same faults at the same offsets. No I/O: the runner
 (:func:`aiozkconsumer.testing.chaos.run_chaos`) injects what it plans.
+
+A run's members are coordinated by ZooKeeper or by Kafka (:class:`CoordinatorMode`); each mode
+has its own fault kinds and weights (:data:`DEFAULT_WEIGHTS`, :data:`KAFKA_WEIGHTS`): the
+ZooKeeper faults (session expiry, ZooKeeper restarts and link cuts) mean nothing to a
+Kafka-coordinated member, whose coordinator is a broker (the group-coordinator kill, the
+partition-leader kill, the link cut to one broker and the rolling restart are its faults).
 """
 
 from __future__ import annotations
@@ -16,11 +22,46 @@ from typing import Any
 
 from aiozkconsumer.testing.proxy import Direction, FaultMode
 
-__all__ = ["DEFAULT_WEIGHTS", "Fault", "FaultKind", "FaultScheduler"]
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "KAFKA_WEIGHTS",
+    "CoordinatorMode",
+    "Fault",
+    "FaultKind",
+    "FaultScheduler",
+    "weights_for",
+]
+
+
+class CoordinatorMode(enum.StrEnum):
+    """Who coordinates a chaos run's group.
+
+    - ``zookeeper``: ``ZookeeperConsumerConnector`` members (the original's group).
+    - ``kafka-classic``: ``group.coordinator=kafka``, the classic protocol
+      (JoinGroup/SyncGroup, a broker's group coordinator).
+    - ``kafka-consumer``: ``group.coordinator=kafka``, ``group.protocol=consumer`` (KIP-848).
+    """
+
+    ZOOKEEPER = "zookeeper"
+    KAFKA_CLASSIC = "kafka-classic"
+    KAFKA_CONSUMER = "kafka-consumer"
+
+    @property
+    def kafka(self) -> bool:
+        """Whether the group is coordinated by Kafka."""
+        return self is not CoordinatorMode.ZOOKEEPER
 
 
 class FaultKind(enum.StrEnum):
-    """The faults a chaos run injects (see the module docstring)."""
+    """The faults a chaos run injects (see the package docstring).
+
+    ZooKeeper mode: ``kill``, ``pause``, ``expire``, ``zookeeper_restart``,
+    ``broker_restart``, ``zookeeper_link``, ``broker_link``. Kafka mode: ``kill``, ``pause``
+    (shorter or longer than the session timeout), ``coordinator_kill`` (SIGKILL the group's
+    coordinator broker, restart it later: the coordinator moves), ``leader_kill`` (SIGKILL the
+    leader of a partition of the topic, restart it later), ``broker_link`` (a member's link to
+    one broker, or to all), ``rolling_restart`` (every broker, one after the other).
+    """
 
     KILL = "kill"
     PAUSE = "pause"
@@ -29,6 +70,9 @@ class FaultKind(enum.StrEnum):
     BROKER_RESTART = "broker_restart"
     ZOOKEEPER_LINK = "zookeeper_link"
     BROKER_LINK = "broker_link"
+    COORDINATOR_KILL = "coordinator_kill"
+    LEADER_KILL = "leader_kill"
+    ROLLING_RESTART = "rolling_restart"
 
 
 DEFAULT_WEIGHTS: Mapping[FaultKind, float] = {
@@ -40,10 +84,42 @@ DEFAULT_WEIGHTS: Mapping[FaultKind, float] = {
     FaultKind.ZOOKEEPER_LINK: 3,
     FaultKind.BROKER_LINK: 2,
 }
-"""Relative frequency of each kind. Server restarts are rarer: each takes seconds to tens of
-seconds of a two-core machine, and a broker restart holds the producer back meanwhile."""
+"""Relative frequency of each kind in ZooKeeper mode. Server restarts are rarer: each takes
+seconds to tens of seconds of a two-core machine, and a broker restart holds the producer back
+meanwhile."""
+
+KAFKA_WEIGHTS: Mapping[FaultKind, float] = {
+    FaultKind.KILL: 3,
+    FaultKind.PAUSE: 3,
+    FaultKind.COORDINATOR_KILL: 1.5,
+    FaultKind.LEADER_KILL: 1.5,
+    FaultKind.BROKER_LINK: 3,
+    FaultKind.ROLLING_RESTART: 0.5,
+}
+"""Relative frequency of each kind in Kafka mode (one broker fault at a time: with replication
+factor 3 and ``min.insync.replicas=2`` a second broker down stops every write)."""
 
 _LINK_KINDS = frozenset({FaultKind.ZOOKEEPER_LINK, FaultKind.BROKER_LINK})
+_ZOOKEEPER_ONLY = frozenset(
+    {FaultKind.EXPIRE, FaultKind.ZOOKEEPER_RESTART, FaultKind.ZOOKEEPER_LINK}
+)
+_KAFKA_ONLY = frozenset(
+    {FaultKind.COORDINATOR_KILL, FaultKind.LEADER_KILL, FaultKind.ROLLING_RESTART}
+)
+_BROKER_FAULTS = frozenset(
+    {
+        FaultKind.BROKER_RESTART,
+        FaultKind.COORDINATOR_KILL,
+        FaultKind.LEADER_KILL,
+        FaultKind.ROLLING_RESTART,
+    }
+)
+"""Faults on the brokers, on no member."""
+
+
+def weights_for(mode: CoordinatorMode) -> Mapping[FaultKind, float]:
+    """The default weights of a mode: :data:`DEFAULT_WEIGHTS` or :data:`KAFKA_WEIGHTS`."""
+    return KAFKA_WEIGHTS if mode.kafka else DEFAULT_WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -56,9 +132,12 @@ class Fault:
         kind: what it is.
         member: the consumer slot it hits (``0 .. consumers-1``); ``None`` for a link fault
             on every consumer, and for server restarts.
-        broker: the broker a ``broker_restart`` restarts.
+        broker: the broker a ``broker_restart`` restarts; the one broker a Kafka-mode
+            ``broker_link`` cuts (``None``: every broker). ``coordinator_kill`` and
+            ``leader_kill`` find theirs when injected.
         duration_s: how long the fault lasts before it is healed: the pause, the link cut,
-            the time ZooKeeper stays down. 0 for instant faults (kill, expire, broker restart).
+            the time ZooKeeper stays down, the time a killed broker stays down. 0 for instant
+            faults (kill, expire, broker restart, rolling restart).
         mode: a link fault's proxy mode (``BLACKHOLE``, ``RESET`` or ``DELAY``).
         direction: a link fault's direction: ``"up"`` (consumer to server), ``"down"`` or
             ``"both"``.
@@ -94,6 +173,10 @@ class Fault:
         """
         if self.kind in (FaultKind.KILL, FaultKind.PAUSE):
             return frozenset({f"c{self.member}"})
+        if self.kind in _KAFKA_ONLY:
+            # One broker fault at a time: two brokers down leave fewer in-sync replicas
+            # than min.insync.replicas, and every write stops.
+            return frozenset({"brokers"})
         if self.kind is FaultKind.EXPIRE:
             return frozenset({f"c{self.member}", f"zk-link-{self.member}", "zookeeper"})
         if self.kind is FaultKind.ZOOKEEPER_RESTART:
@@ -116,8 +199,16 @@ class Fault:
             what = f"restart ZooKeeper (down {self.duration_s:.1f} s)"
         elif self.kind is FaultKind.BROKER_RESTART:
             what = f"restart broker {self.broker}"
+        elif self.kind is FaultKind.COORDINATOR_KILL:
+            what = f"kill the group coordinator's broker (down {self.duration_s:.1f} s)"
+        elif self.kind is FaultKind.LEADER_KILL:
+            what = f"kill a partition leader's broker (down {self.duration_s:.1f} s)"
+        elif self.kind is FaultKind.ROLLING_RESTART:
+            what = "restart every broker, one after the other"
         else:
             server = "ZooKeeper" if self.kind is FaultKind.ZOOKEEPER_LINK else "broker"
+            if self.kind is FaultKind.BROKER_LINK and self.broker is not None:
+                server = f"broker {self.broker}"
             mode = self.mode.value if self.mode is not None else "?"
             if self.mode is FaultMode.DELAY:
                 mode = f"delay {self.delay_s:.2f} s"
@@ -162,6 +253,11 @@ class FaultScheduler:
         weights: relative frequency per kind (default :data:`DEFAULT_WEIGHTS`); a kind left
             out, or weighted 0, is never drawn.
         links: whether link faults are possible (the cluster has a proxied link per consumer).
+        mode: who coordinates the group (default ZooKeeper): the kinds of the other mode are
+            never drawn, and the default weights are the mode's (:func:`weights_for`). In
+            Kafka mode pauses are shorter than the session timeout (0.3 to 0.8 times it) or
+            longer (1.3 to 2 times), half each; a broker link cut hits one broker (two in
+            three) or every one; a killed broker stays down 2 to 8 s.
 
     Raises:
         ValueError: if ``consumers < 1``, ``interval_s <= 0``, ``session_timeout_ms <= 0``,
@@ -178,6 +274,7 @@ class FaultScheduler:
         interval_s: float = 2.0,
         weights: Mapping[FaultKind, float] | None = None,
         links: bool = True,
+        mode: CoordinatorMode = CoordinatorMode.ZOOKEEPER,
     ) -> None:
         if consumers < 1:
             raise ValueError(f"consumers must be >= 1, got {consumers}")
@@ -185,16 +282,20 @@ class FaultScheduler:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         if session_timeout_ms <= 0:
             raise ValueError(f"session_timeout_ms must be > 0, got {session_timeout_ms}")
-        chosen = dict(DEFAULT_WEIGHTS if weights is None else weights)
+        chosen = dict(weights_for(mode) if weights is None else weights)
+        foreign = _ZOOKEEPER_ONLY if mode.kafka else _KAFKA_ONLY
+        chosen = {k: w for k, w in chosen.items() if k not in foreign}
         if not links:
             chosen = {k: w for k, w in chosen.items() if k not in _LINK_KINDS}
         if not brokers:
-            chosen.pop(FaultKind.BROKER_RESTART, None)
+            for kind in _BROKER_FAULTS:
+                chosen.pop(kind, None)
         self.kinds = [k for k in FaultKind if chosen.get(k, 0) > 0]
         if not self.kinds:
             raise ValueError("no fault kind has a positive weight")
         self.weights = [float(chosen[k]) for k in self.kinds]
         self.seed = seed
+        self.mode = mode
         self.consumers = consumers
         self.brokers = list(brokers)
         self.session_s = session_timeout_ms / 1000
@@ -230,8 +331,17 @@ class FaultScheduler:
             # The replacement needs a few seconds to start and join.
             return Fault(number, at_s, kind, member=member), 8.0
         if kind is FaultKind.PAUSE:
-            pause = session * rng.uniform(1.3, 2.0)
+            if self.mode.kafka and rng.random() < 0.5:
+                pause = session * rng.uniform(0.3, 0.8)
+            else:
+                pause = session * rng.uniform(1.3, 2.0)
             return Fault(number, at_s, kind, member=member, duration_s=pause), pause + 1.0
+        if kind in (FaultKind.COORDINATOR_KILL, FaultKind.LEADER_KILL):
+            # Down, then restarted; then its replicas catch up before the next broker fault.
+            down = rng.uniform(2.0, 8.0)
+            return Fault(number, at_s, kind, duration_s=down), down + 20.0
+        if kind is FaultKind.ROLLING_RESTART:
+            return Fault(number, at_s, kind), 45.0
         if kind is FaultKind.EXPIRE:
             return Fault(number, at_s, kind, member=member), 3.0
         if kind is FaultKind.ZOOKEEPER_RESTART:
@@ -241,6 +351,11 @@ class FaultScheduler:
             broker = rng.choice(self.brokers)
             return Fault(number, at_s, kind, broker=broker), 25.0
         scope: int | None = member if rng.random() < 0.75 else None
+        one_broker: int | None = None
+        if self.mode.kafka and kind is FaultKind.BROKER_LINK:
+            scope = member
+            if rng.random() < 2 / 3:
+                one_broker = rng.choice(self.brokers)
         mode = rng.choices(
             (FaultMode.BLACKHOLE, FaultMode.RESET, FaultMode.DELAY), (0.5, 0.25, 0.25)
         )[0]
@@ -262,6 +377,7 @@ class FaultScheduler:
             at_s,
             kind,
             member=scope,
+            broker=one_broker,
             duration_s=length,
             mode=mode,
             direction=direction,
