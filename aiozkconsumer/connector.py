@@ -25,7 +25,6 @@ from .base_connector import (
     CLOSE_STEP_LIMIT_S,
     ConnectorState,
     ConnectorStatistics,
-    ConsumerConnector,
     ConsumerRebalanceListener,
     generate_consumer_id,
 )
@@ -40,6 +39,7 @@ from .interceptors import ConsumerInterceptor
 from .offsets import make_offset_store
 from .records import OwnershipGate
 from .security import KafkaSecurity, ZookeeperSecurity
+from .verbs import ConnectorVerbs
 from .zk.client import ZkClient
 from .zk.retry import connection_retry_window_s, retry_until_connected
 from .zkgroup.lease import SessionLease
@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-class ZookeeperConsumerConnector(ConsumerConnector):
+class ZookeeperConsumerConnector(ConnectorVerbs):
     """A member of a ZooKeeper-coordinated consumer group.
 
     Use as an async context manager, entered and left in one task::
@@ -74,6 +74,9 @@ class ZookeeperConsumerConnector(ConsumerConnector):
     Entering opens the ZooKeeper session; leaving stops fetchers, ends the streams, commits
     consumed offsets (auto-commit on), and closes the session, so the group's other members
     rebalance at once (``shutdown``, 0.10.2 order).
+
+    The Java ``KafkaConsumer``'s runtime verbs (``seek``, ``pause``, ``position``,
+    ``assign``, ...) come from :class:`~aiozkconsumer.verbs.ConnectorVerbs`.
 
     Args:
         config: the consumer configuration (``group.coordinator=zookeeper``).

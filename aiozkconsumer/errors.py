@@ -35,6 +35,7 @@ __all__ = [
     "OffsetFetchError",
     "OffsetOutOfRangeError",
     "OffsetStorageError",
+    "PartitionNotAssignedError",
     "RecordDecodeError",
     "SchemaRegistryError",
     "UnknownSchemaError",
@@ -488,6 +489,33 @@ class CommitFencedError(OffsetStorageError):
         super().__init__(
             f"offset commit of group {group!r} refused for {shown}: another member claimed "
             "them since this member did (fenced)"
+        )
+
+
+class PartitionNotAssignedError(ConsumerError, LookupError):
+    """A runtime verb named a partition this member does not own now.
+
+    As the Java client's ``IllegalStateException("No current assignment for partition ...")``
+    from ``KafkaConsumer.seek``, ``pause``, ``resume`` and ``position``: those act on the
+    current assignment only. A partition being given up by a rebalance under way (no longer
+    handed out, its offset being committed) counts as not owned: the verb is refused rather
+    than applied to an assignment that is ending.
+
+    Attributes:
+        partition: the partition named.
+        owned: the partitions this member owned at the time (those still handed out).
+        verb: the verb refused (``"seek"``, ``"pause"``, ...).
+    """
+
+    def __init__(
+        self, verb: str, partition: TopicPartition, owned: Iterable[TopicPartition]
+    ) -> None:
+        self.verb = verb
+        self.partition = partition
+        self.owned = frozenset(owned)
+        shown = ", ".join(str(tp) for tp in sorted(self.owned)) or "none"
+        super().__init__(
+            f"{verb}: no current assignment for partition {partition} (owned now: {shown})"
         )
 
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from .assignors import java_string_hash
 from .queues import ChunkQueue
-from .records import PartitionTopicInfo, TopicPartition
+from .records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
 
-__all__ = ["FetchPlan", "fetcher_id_for", "plan_fetch"]
+__all__ = ["FetchPlan", "chunk_continues", "fetcher_id_for", "plan_fetch"]
 
 
 def fetcher_id_for(tp: TopicPartition, num_fetchers: int) -> int:
@@ -57,12 +57,13 @@ def plan_fetch(
 ) -> FetchPlan:
     """Decide the next fetch request of a fetch loop (no I/O).
 
-    A partition is fetched when no chunk of it waits for room and its stream queue has a
-    free slot (``free_slots``: capacity, plus one chunk waiting, minus the chunks queued,
-    waiting and in flight). The response is capped at the free slots of the queues involved
-    times their partitions' fetch size, so the bytes in flight never exceed the room left for
-    them, however many partitions share a stream; the per-partition ``maxBytes`` stays
-    ``fetch.message.max.bytes``.
+    A partition is fetched when it is not paused (``KafkaConsumer.pause``: a paused one is
+    neither fetched nor reset, and takes none of its queue's room), no chunk of it waits for
+    room and its stream queue has a free slot (``free_slots``: capacity, plus one chunk
+    waiting, minus the chunks queued, waiting and in flight). The response is capped at the
+    free slots of the queues involved times their partitions' fetch size, so the bytes in
+    flight never exceed the room left for them, however many partitions share a stream; the
+    per-partition ``maxBytes`` stays ``fetch.message.max.bytes``.
 
     Args:
         partitions: the loop's partitions, in the order to ask for them.
@@ -81,7 +82,7 @@ def plan_fetch(
     plan = FetchPlan()
     per_queue_bytes: dict[int, int] = {}
     for pti in partitions:
-        if delivering.get(pti.tp) is pti:
+        if pti.paused or delivering.get(pti.tp) is pti:
             continue
         if pti.fetched_offset < 0:
             plan.reset.append(pti)
@@ -100,3 +101,16 @@ def plan_fetch(
     room = sum(per_queue_bytes[k] * n for k, (_, n) in plan.slots.items())
     plan.max_bytes = max(1, min(fetch_max_bytes, room))
     return plan
+
+
+def chunk_continues(pti: PartitionTopicInfo, chunk: FetchedDataChunk) -> bool:
+    """Whether ``chunk``, just put in its queue, continues ``pti``'s fetch position, so that
+    the next fetch starts after it: the partition is owned, its position was not moved since
+    the chunk was fetched (no seek, pause or truncation: ``truncations`` unchanged) and is
+    where the chunk was fetched from. A seek back to that very offset while the chunk waited
+    for room voids the chunk, and the partition is fetched from the offset again."""
+    return (
+        pti.active
+        and pti.truncations == chunk.truncations
+        and pti.fetched_offset == chunk.fetch_offset
+    )

@@ -73,7 +73,7 @@ from .errors import (
 )
 from .fetch_lag import LagGauges
 from .fetch_leaders import leader_epochs, validate_positions
-from .fetch_plan import FetchPlan, fetcher_id_for, plan_fetch
+from .fetch_plan import FetchPlan, chunk_continues, fetcher_id_for, plan_fetch
 from .kafka.client import FetchChannel
 from .kafka.crc import SkippedBatch
 from .kafka.errors import PartitionError, classify_partition_error, error_name
@@ -226,6 +226,16 @@ class ConsumerFetcher:
         if pti is not None and not pti.active and scope is not None:
             scope.cancel()
 
+    def repositioned(self, tp: TopicPartition) -> None:
+        """A seek or pause moved ``tp``'s position: a chunk of it still waiting for room in
+        its queue is stale (the iterator would drop it), so its wait stops and frees the
+        room; the loop plans its next fetch again (a resumed partition is fetched)."""
+        scope = self._delivery_scopes.get(tp)
+        if scope is not None:
+            scope.cancel()
+        if scope is not None or tp in self.partitions:
+            self._wakeup.set()
+
     def _remove_with_error(self, tps: Iterable[TopicPartition]) -> None:
         removed = [self.partitions.pop(tp) for tp in list(tps) if tp in self.partitions]
         if removed:
@@ -241,6 +251,7 @@ class ConsumerFetcher:
         """
         config = self.manager.config
         ts = EARLIEST if config.auto_offset_reset == "smallest" else LATEST
+        moves = {p.tp: p.truncations for p in ptis}
         try:
             offsets = await list_offsets(
                 self.manager.kafka,
@@ -254,6 +265,8 @@ class ConsumerFetcher:
             return
         for pti in ptis:
             new = offsets.get(pti.tp)
+            if pti.truncations != moves[pti.tp]:
+                continue  # a seek (or pause) moved it while the offsets were asked for
             if new is None:
                 self._remove_with_error([pti.tp])
                 continue
@@ -398,8 +411,13 @@ class ConsumerFetcher:
                 tp = TopicPartition(topic, partition)
                 pti = self.partitions.get(tp)
                 fetch_offset = offsets.get(tp)
-                if pti is None or fetch_offset is None or pti.fetched_offset != fetch_offset:
-                    continue  # removed or reset while the fetch was in flight
+                if (
+                    pti is None
+                    or fetch_offset is None
+                    or pti.fetched_offset != fetch_offset
+                    or pti.paused
+                ):
+                    continue  # removed, reset, moved or paused while the fetch was in flight
                 err = classify_partition_error(error_code)
                 leader = leaders.get(tp, self.node_id)
                 if err is PartitionError.NONE:
@@ -597,7 +615,7 @@ class ConsumerFetcher:
             self.manager.waiting_chunk(pti.queue, +1)
             self.manager.spawn(self._deliver, chunk, next_offset)
             return
-        if pti.active and pti.fetched_offset == chunk.fetch_offset:
+        if chunk_continues(pti, chunk):
             pti.fetched_offset = next_offset
 
     async def _deliver(self, chunk: FetchedDataChunk, next_offset: int) -> None:
@@ -607,7 +625,7 @@ class ConsumerFetcher:
             with anyio.CancelScope() as scope:
                 self._delivery_scopes[pti.tp] = scope
                 await pti.queue.put(chunk)
-                if pti.active and pti.fetched_offset == chunk.fetch_offset:
+                if chunk_continues(pti, chunk):
                     pti.fetched_offset = next_offset
         finally:
             self.manager.waiting_chunk(pti.queue, -1)
@@ -819,6 +837,14 @@ class FetcherManager:
                 fetcher.partitions.pop(tp, None)
                 fetcher.abandon_delivery(tp)
         self._lag.unregister(tps)
+
+    def repositioned(self, tps: Iterable[TopicPartition]) -> None:
+        """Partitions a seek, pause or resume moved: their fetch loops drop a chunk of theirs
+        waiting for room and plan again (:meth:`ConsumerFetcher.repositioned`)."""
+        tps = list(tps)
+        for fetcher in self.fetchers.values():
+            for tp in tps:
+                fetcher.repositioned(tp)
 
     def add_partitions_with_error(self, ptis: Iterable[PartitionTopicInfo]) -> None:
         """Give partitions back to the leader finder (``addPartitionsWithError``)."""

@@ -25,7 +25,6 @@ from collections.abc import Iterable, Sequence
 import anyio
 from anyio.abc import TaskGroup
 
-from .base_connector import ConsumerConnector
 from .cluster import ClusterView
 from .commits import FencedCommitter
 from .config import ConsumerConfig
@@ -40,13 +39,14 @@ from .offsets import OffsetStore, make_offset_store
 from .offsets.kafka_store import KafkaOffsetStore
 from .offsets.rules import default_fetch_timeout_ms
 from .security import KafkaSecurity
+from .verbs import ConnectorVerbs
 
 __all__ = ["KafkaConsumerConnector"]
 
 log = logging.getLogger(__name__)
 
 
-class KafkaConsumerConnector(ConsumerConnector):
+class KafkaConsumerConnector(ConnectorVerbs):
     """A member of a Kafka-coordinated consumer group (``group.coordinator=kafka``).
 
     Use as an async context manager, entered and left in one task, exactly as a
@@ -63,7 +63,9 @@ class KafkaConsumerConnector(ConsumerConnector):
     the assignment (partition ``p`` of a topic with ``n`` streams feeds stream ``p mod n``);
     leaving commits (auto-commit on) and sends LeaveGroup, so the group rebalances at once;
     a static member (``group.instance.id``) does not: its partitions wait for it for the
-    session timeout (the Java client's behaviour).
+    session timeout (the Java client's behaviour). The runtime verbs (``seek``, ``pause``,
+    ``position``, ``assign`` with no group, ...) come from
+    :class:`~aiozkconsumer.verbs.ConnectorVerbs`.
 
     Args:
         config: the consumer configuration, ``group.coordinator=kafka``.
@@ -195,6 +197,9 @@ class KafkaConsumerConnector(ConsumerConnector):
             self.committer.auto_commit_paused = lambda: machine.rebalancing
 
     def _generation_and_member(self) -> tuple[int, str]:
+        if self.manual:
+            # assign(): no membership; a commit as the Java client's in assign mode.
+            return (-1, "")
         return self.coordinator.commit_generation()
 
     # -- the coordinator's parts of the lifecycle ----------------------------------------
@@ -243,6 +248,8 @@ class KafkaConsumerConnector(ConsumerConnector):
 
     @property
     def _group_generation(self) -> tuple[int | None, str | None]:
+        if self.manual:
+            return (None, None)  # assign(): no membership
         return self.coordinator.membership()
 
     def _seconds_since_coordinator(self) -> float | None:

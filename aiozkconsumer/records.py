@@ -163,8 +163,13 @@ class PartitionTopicInfo:
             (:class:`~aiozkconsumer.epochs.EpochMarks`), set by the fetcher: the epoch of
             the fetch position (checked after a leader change) and of the consumed offset
             (committed with it, :meth:`offset_epoch`).
-        truncations: how many times the fetcher moved the position back after a log
-            truncation; chunks fetched before the last one are dropped by the iterator.
+        truncations: how many times the position was moved under the fetcher's feet: back
+            after a log truncation (the fetcher), or by a ``seek`` or ``pause`` (the runtime
+            verbs, :meth:`seek`, :meth:`pause`); chunks fetched before the last move carry
+            an older count and are dropped by the iterator, queued or half read.
+        paused: ``True`` between ``pause`` and ``resume`` (``KafkaConsumer.pause``): the
+            partition is not fetched and none of its records is handed out; it stays owned.
+            Per assignment: a partition released and taken again starts unpaused.
     """
 
     topic: str
@@ -181,6 +186,7 @@ class PartitionTopicInfo:
     leader_epoch: int = NO_EPOCH
     epochs: EpochMarks = field(default_factory=EpochMarks)
     truncations: int = 0
+    paused: bool = False
     tp: TopicPartition = field(init=False)
 
     def __post_init__(self) -> None:
@@ -197,6 +203,41 @@ class PartitionTopicInfo:
         self.consumed_offset = offset
         self.epochs.reset(offset, epoch)
 
+    def seek(self, offset: int) -> None:
+        """Move the position to ``offset``: the next record handed out is at ``offset`` (or
+        the first after it), as ``KafkaConsumer.seek``.
+
+        Every chunk fetched before is voided (``truncations`` moves on: the iterator drops
+        queued chunks and the one it is reading; a fetch in flight for the old position is
+        discarded by its fetch loop, whose offset no longer matches). The leader epoch of the
+        new position is unknown (not validated, as a seek without one in the Java client).
+
+        Args:
+            offset: the new position, >= 0.
+        """
+        self.truncations += 1
+        self.reset_offsets(offset)
+
+    def pause(self) -> None:
+        """Stop fetching and handing out this partition (``KafkaConsumer.pause``).
+
+        Chunks already fetched are voided as by :meth:`seek` and fetched again from the
+        consumed offset after :meth:`resume` (Java's consumer keeps them buffered instead;
+        both hand out the same records). A paused partition takes no room in its stream's
+        queue. No-op when already paused.
+        """
+        if self.paused:
+            return
+        self.paused = True
+        self.truncations += 1
+        if self.consumed_offset >= 0:
+            self.fetched_offset = self.consumed_offset
+
+    def resume(self) -> None:
+        """Fetch and hand out this partition again, from its consumed offset
+        (``KafkaConsumer.resume``). No-op when not paused."""
+        self.paused = False
+
     def offset_epoch(self, offset: int) -> int:
         """The leader epoch of the record before ``offset`` (what a commit of ``offset``
         carries as ``CommittedLeaderEpoch``), -1 when unknown."""
@@ -205,7 +246,8 @@ class PartitionTopicInfo:
     def __repr__(self) -> str:
         return (
             f"<PartitionTopicInfo {self.tp} fetched={self.fetched_offset} "
-            f"consumed={self.consumed_offset}{'' if self.active else ' released'}>"
+            f"consumed={self.consumed_offset}{'' if self.active else ' released'}"
+            f"{' paused' if self.paused else ''}>"
         )
 
 
@@ -228,7 +270,8 @@ class FetchedDataChunk:
             ``CorruptRecordError`` for a batch at ``fetch_offset`` whose CRC does not match),
             leaving the consumed offset where it is; ``None`` for data.
         truncations: the partition's ``truncations`` when the chunk was fetched; a chunk
-            of records fetched before a log truncation moved the position is dropped.
+            of records fetched before a log truncation, a seek or a pause moved the position
+            is dropped.
     """
 
     batches: Sequence[Any]

@@ -123,6 +123,7 @@ class ConsumerIterator:
         "_recs",
         "_timeout_s",
         "_timestamp_type",
+        "_truncations",
         "_value_decoder",
         "_waiting",
     )
@@ -139,6 +140,7 @@ class ConsumerIterator:
         # The chunk being iterated: its partition, its remaining record batches, and the
         # records left in the current batch.
         self._pti: PartitionTopicInfo | None = None
+        self._truncations = 0  # the current chunk's: a seek or pause since voids the rest
         self._batches: list[Any] | None = None
         self._index = 0  # the next batch of _batches to read
         self._native = False  # the chunk holds native batches: the take loop reads them
@@ -203,7 +205,9 @@ class ConsumerIterator:
         if not pti.active:
             return  # released by a rebalance while queued
         if chunk.truncations != pti.truncations:
-            return  # fetched from a log that was truncated since (the fetcher warned)
+            # Fetched before a log truncation (the fetcher warned), a seek or a pause moved
+            # the position: stale.
+            return
         if chunk.too_large:
             raise MessageSizeTooLargeError(
                 "Found a message larger than the maximum fetch size of this consumer "
@@ -218,6 +222,7 @@ class ConsumerIterator:
             # After an offset reset the chunk starts past what was consumed.
             pti.consumed_offset = chunk.fetch_offset
         self._pti = pti
+        self._truncations = chunk.truncations
         batches = chunk.batches
         self._batches = batches if type(batches) is list else list(batches)
         self._native = reads_natively(self._batches)
@@ -286,8 +291,9 @@ class ConsumerIterator:
         )
 
     def _released(self, pti: PartitionTopicInfo) -> bool:
-        """Whether ``pti`` was released mid-chunk (the rest of its chunk is dropped)."""
-        if pti.active:
+        """Whether ``pti`` was released, or its position moved (a seek, a pause), mid-chunk:
+        the rest of its chunk is dropped."""
+        if pti.active and pti.truncations == self._truncations:
             return False
         self.clear_current_chunk()
         return True

@@ -12,12 +12,12 @@ ListOffsets request (v2+, which carries the isolation level) through the client.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from aiokafka.protocol.offset import OffsetRequest
 
-from ..errors import UnknownTopicError
+from ..errors import BrokerNotAvailableError, NoBrokersError, UnknownTopicError
 from ..records import TopicPartition
 from .errors import PartitionError, classify_partition_error, error_name
 from .transactions import READ_UNCOMMITTED
@@ -25,7 +25,7 @@ from .transactions import READ_UNCOMMITTED
 if TYPE_CHECKING:
     from .client import KafkaClient
 
-__all__ = ["list_offsets"]
+__all__ = ["leader_offsets", "leader_offsets_for", "list_offsets"]
 
 log = logging.getLogger(__name__)
 
@@ -78,4 +78,52 @@ async def list_offsets(
                     partition,
                     error_name(error_code),
                 )
+    return result
+
+
+async def leader_offsets(
+    kafka: KafkaClient,
+    tps: Iterable[TopicPartition],
+    timestamp: int,
+    isolation: int = READ_UNCOMMITTED,
+) -> dict[TopicPartition, int]:
+    """Ask each partition's leader for an offset by timestamp (ListOffsets).
+
+    Args:
+        kafka: a started client.
+        tps: the partitions.
+        timestamp: ``EARLIEST``, ``LATEST`` or epoch milliseconds.
+        isolation: ``READ_UNCOMMITTED`` (``LATEST`` is the high watermark) or
+            ``READ_COMMITTED`` (the last stable offset).
+
+    Returns:
+        ``{tp: offset}`` for the partitions whose leader answered.
+
+    Raises:
+        NoBrokersError: no broker answered a metadata request.
+        BrokerNotAvailableError: a partition has no leader, or its leader is unreachable.
+    """
+    return await leader_offsets_for(kafka, dict.fromkeys(tps, timestamp), isolation)
+
+
+async def leader_offsets_for(
+    kafka: KafkaClient,
+    timestamps: Mapping[TopicPartition, int],
+    isolation: int = READ_UNCOMMITTED,
+) -> dict[TopicPartition, int]:
+    """As :func:`leader_offsets`, with a timestamp per partition (``{tp: EARLIEST | LATEST
+    | epoch ms}``), one ListOffsets per leader."""
+    if not timestamps:
+        return {}
+    if not await kafka.refresh_metadata({tp.topic for tp in timestamps}):
+        raise NoBrokersError(f"no broker of {kafka.bootstrap_servers!r} answered")
+    by_leader: dict[int, dict[TopicPartition, int]] = {}
+    for tp in sorted(timestamps):
+        leader = kafka.leader_for(tp)
+        if leader is None:
+            raise BrokerNotAvailableError(f"partition {tp} has no leader")
+        by_leader.setdefault(leader, {})[tp] = timestamps[tp]
+    result: dict[TopicPartition, int] = {}
+    for leader, asked in sorted(by_leader.items()):
+        result.update(await list_offsets(kafka, leader, asked, isolation_level=isolation))
     return result

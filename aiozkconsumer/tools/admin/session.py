@@ -19,9 +19,9 @@ from aiozkconsumer._resource import AsyncService
 
 from ..._concurrency import gather
 from ...cluster import ClusterView
-from ...errors import BrokerNotAvailableError, MalformedZookeeperDataError, NoBrokersError
+from ...errors import MalformedZookeeperDataError, NoBrokersError
 from ...kafka.client import EARLIEST, LATEST, KafkaClient
-from ...kafka.stable_offsets import list_offsets
+from ...kafka.stable_offsets import leader_offsets
 from ...kafka.transactions import READ_COMMITTED, READ_UNCOMMITTED
 from ...offsets import KafkaOffsetStore
 from ...records import TopicPartition
@@ -38,45 +38,6 @@ _V = TypeVar("_V")
 
 
 _CLOSE_STEP_LIMIT_S = 5.0  # each step of AdminSession.close, in seconds
-
-
-async def leader_offsets(
-    kafka: KafkaClient,
-    tps: Iterable[TopicPartition],
-    timestamp: int,
-    isolation: int = READ_UNCOMMITTED,
-) -> dict[TopicPartition, int]:
-    """Ask each partition's leader for an offset by timestamp (ListOffsets).
-
-    Args:
-        kafka: a started client.
-        tps: the partitions.
-        timestamp: ``EARLIEST``, ``LATEST`` or epoch milliseconds.
-        isolation: ``READ_UNCOMMITTED`` (``LATEST`` is the high watermark) or
-            ``READ_COMMITTED`` (the last stable offset).
-
-    Returns:
-        ``{tp: offset}`` for the partitions whose leader answered.
-
-    Raises:
-        NoBrokersError: no broker answered a metadata request.
-        BrokerNotAvailableError: a partition has no leader, or its leader is unreachable.
-    """
-    tps = sorted(set(tps))
-    if not tps:
-        return {}
-    if not await kafka.refresh_metadata({tp.topic for tp in tps}):
-        raise NoBrokersError(f"no broker of {kafka.bootstrap_servers!r} answered")
-    by_leader: dict[int, dict[TopicPartition, int]] = {}
-    for tp in tps:
-        leader = kafka.leader_for(tp)
-        if leader is None:
-            raise BrokerNotAvailableError(f"partition {tp} has no leader")
-        by_leader.setdefault(leader, {})[tp] = timestamp
-    result: dict[TopicPartition, int] = {}
-    for leader, timestamps in sorted(by_leader.items()):
-        result.update(await list_offsets(kafka, leader, timestamps, isolation_level=isolation))
-    return result
 
 
 class AdminSession(AsyncService):
