@@ -162,16 +162,21 @@ class ConsumerConfig:
         offsets_channel_socket_timeout_ms: ``offsets.channel.socket.timeout.ms``, ms, default
             10000, > 0. Timeout of offset commit/fetch and coordinator requests.
         offsets_commit_max_retries: ``offsets.commit.max.retries``, default 5, >= 0.
-        partition_assignment_strategy: ``partition.assignment.strategy``, default ``"range"``;
-            ``"range"`` or ``"roundrobin"`` (validated since 0.9.0, KAFKA-2032). With
-            ``group.coordinator=kafka`` (classic protocol), the Java client's list of
-            assignors in order of preference, comma-separated: ``range``, ``roundrobin``,
-            ``sticky``, ``cooperative-sticky`` or their Java class names
-            (``org.apache.kafka.clients.consumer.CooperativeStickyAssignor`` ...), kept as
-            the comma-joined names (:attr:`assignment_strategies`). A member whose assignors
-            are all ``cooperative-sticky`` rebalances cooperatively (KIP-429: it keeps its
-            partitions through a rebalance and gives up only those that move); any other
-            list is eager, as the Java client's ``ConsumerCoordinator`` decides.
+        partition_assignment_strategy: ``partition.assignment.strategy``, default ``None`` =
+            ``"range"`` with ZooKeeper coordination, ``"range,cooperative-sticky"`` (the Java
+            client's default) with ``group.coordinator=kafka`` and the classic protocol
+            (:attr:`assignment_strategies`). With ZooKeeper: ``"range"`` or ``"roundrobin"``
+            (validated since 0.9.0, KAFKA-2032). With ``group.coordinator=kafka`` (classic
+            protocol), the Java client's list of assignors in order of preference,
+            comma-separated: ``range``, ``roundrobin``, ``sticky``, ``cooperative-sticky`` or
+            their Java class names (``org.apache.kafka.clients.consumer.CooperativeStickyAssignor``
+            ...), kept as the comma-joined names. A member whose assignors are all
+            ``cooperative-sticky`` rebalances cooperatively (KIP-429: it keeps its partitions
+            through a rebalance and gives up only those that move); any other list is eager,
+            as the Java client's ``ConsumerCoordinator`` decides. The default list is eager
+            too (the group picks ``range`` while every member offers it) and lets the member
+            join a group of Java members that moved to ``cooperative-sticky`` alone (the
+            second bounce of the Java client's upgrade to cooperative rebalancing).
         bootstrap_servers: ``bootstrap.servers``, new, default ``None``: brokers are found
             under ZooKeeper's ``/brokers/ids``. Otherwise ``host:port[,host:port...]``.
         cluster_metadata_source: ``cluster.metadata.source``, new, default ``"auto"``;
@@ -369,7 +374,7 @@ class ConsumerConfig:
     offsets_channel_backoff_ms: int = 1000
     offsets_channel_socket_timeout_ms: int = 10000
     offsets_commit_max_retries: int = 5
-    partition_assignment_strategy: str = "range"
+    partition_assignment_strategy: str | None = None
     bootstrap_servers: str | None = None
     cluster_metadata_source: str = "auto"
     group_coordinator: str = "zookeeper"
@@ -458,8 +463,14 @@ class ConsumerConfig:
 
     @property
     def assignment_strategies(self) -> tuple[str, ...]:
-        """``partition.assignment.strategy`` as the list of assignor names, in order."""
-        return tuple(self.partition_assignment_strategy.split(","))
+        """``partition.assignment.strategy`` in force, as the list of assignor names in order:
+        when unset, ``("range", "cooperative-sticky")`` (the Java client's default) for a
+        Kafka-coordinated classic group, ``("range",)`` otherwise (the original's)."""
+        if self.partition_assignment_strategy is not None:
+            return tuple(self.partition_assignment_strategy.split(","))
+        if self.group_coordinator == "kafka" and self.group_protocol == "classic":
+            return ("range", "cooperative-sticky")
+        return ("range",)
 
     @property
     def consumer_protocol(self) -> bool:

@@ -64,7 +64,7 @@ _GROUP_REMOTE_ASSIGNOR_VALUES = ("uniform", "range")
 # setting one of them with group.protocol=consumer is a config error; here "set" means "set
 # to anything but its default" (a default cannot be told apart from a value given).
 _CLASSIC_PROTOCOL_ONLY = (
-    ("partition_assignment_strategy", "range"),
+    ("partition_assignment_strategy", None),
     ("session_timeout_ms", 45000),
     ("heartbeat_interval_ms", 3000),
 )
@@ -168,7 +168,9 @@ def check_values(config: ConsumerConfig) -> None:
 
     check_choice("auto.offset.reset", config.auto_offset_reset, _AUTO_OFFSET_RESET_VALUES)
     check_choice("offsets.storage", config.offsets_storage, _OFFSETS_STORAGE_VALUES)
-    if config.group_coordinator == "kafka":
+    if config.partition_assignment_strategy is None:
+        pass  # the default list: ConsumerConfig.assignment_strategies
+    elif config.group_coordinator == "kafka":
         names = parse_assignment_strategies(config.partition_assignment_strategy)
         object.__setattr__(config, "partition_assignment_strategy", ",".join(names))
     else:

@@ -365,7 +365,7 @@ class Rebalancer:
             consumer_id=me,
             topic_counts=view.topic_counts,
             partitions_for_topic=view.partitions,
-            strategy=cfg.partition_assignment_strategy,
+            strategy=cfg.assignment_strategies[0],
         )
         mine = assignment.get(me, {})
         own = self.ownership

@@ -48,7 +48,6 @@ ORIGINAL_DEFAULTS: dict[str, object] = {
     "offsets.channel.backoff.ms": 1000,
     "offsets.channel.socket.timeout.ms": 10000,
     "offsets.commit.max.retries": 5,
-    "partition.assignment.strategy": "range",
     "bootstrap.servers": None,
     "cluster.metadata.source": "auto",
     # New keys; the Kafka-coordinated ones take the Java KafkaConsumer's defaults.
@@ -96,6 +95,7 @@ ORIGINAL_DEFAULTS: dict[str, object] = {
 # Objects given from code only (no properties key).
 OBJECT_FIELDS = ("ssl.context", "sasl.oauthbearer.token.provider")
 DERIVED = (
+    "partition.assignment.strategy",
     "zookeeper.connection.timeout.ms",
     "rebalance.backoff.ms",
     "client.id",

@@ -59,7 +59,7 @@ def group(**values: Any) -> SimpleNamespace:
         "group_protocol": "classic",
         "group_remote_assignor": None,
         "group_coordinator": "kafka",
-        "partition_assignment_strategy": "range",
+        "partition_assignment_strategy": None,
         "session_timeout_ms": 45000,
         "heartbeat_interval_ms": 3000,
     }
