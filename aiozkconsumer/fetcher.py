@@ -60,36 +60,26 @@ import anyio
 from ._repeats import Repeats
 from .cluster import EARLIEST, LATEST, KafkaClient
 from .epochs import (
-    batch_epochs,
     needs_validation,
 )
 from .errors import (
     AuthenticationError,
     BrokerNotAvailableError,
     ConsumerError,
-    CorruptRecordError,
     UnknownTopicError,
-    UnsupportedCodecError,
 )
+from .fetch_chunk import chunk_from
 from .fetch_lag import LagGauges
 from .fetch_leaders import leader_epochs, validate_positions
 from .fetch_plan import FetchPlan, chunk_continues, fetcher_id_for, plan_fetch
 from .kafka.client import FetchChannel
-from .kafka.crc import SkippedBatch
 from .kafka.errors import PartitionError, classify_partition_error, error_name
 from .kafka.fetch_request import FetchPartition
-from .kafka.records import (
-    batch_larger_than,
-    mark_aborted,
-    read_record_set,
-    unsupported_codec_error,
-)
 from .kafka.replicas import metadata_version, preferred_read_replicas, replica_online
 from .kafka.stable_offsets import list_offsets
 from .kafka.transactions import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
-    AbortedTransactions,
     stable_and_aborted,
 )
 from .queues import ChunkQueue, notify_on_room
@@ -484,7 +474,9 @@ class ConsumerFetcher:
         data: Any,
         aborted: list[tuple[int, int]] | None = None,
     ) -> bool:
-        """Parse a partition's record set and hand it to its stream's queue.
+        """Hand a partition's record set to its stream's queue as a chunk
+        (:func:`~aiozkconsumer.fetch_chunk.chunk_from` makes it: corrupt batches, aborted
+        transactions, the too-large case); an error chunk stops the partition's fetching.
 
         As ``PartitionTopicInfo.enqueue``, but without its head-of-line blocking: when the
         queue is full the chunk waits in a delivery task of its own, and only this partition
@@ -492,119 +484,24 @@ class ConsumerFetcher:
         on. Backpressure stays per stream (``queued.max.message.chunks`` chunks, plus one
         waiting chunk per partition).
 
-        With ``check.crcs``, every batch's CRC is checked here, before the chunk is handed
-        over (as the original's iterator checked each message, ``ensureValid()``). A corrupt
-        batch is never handed out: with ``crc.error.action=skip`` it is logged, counted and
-        stood in for by a :class:`~aiozkconsumer.kafka.crc.SkippedBatch`; with ``raise`` the
-        batches before it are handed over and the next fetch starts at it; when it is the
-        first, the iterator gets a chunk that raises ``CorruptRecordError`` and the partition
-        stops being fetched (as for a batch that is too large). A batch whose codec cannot be
-        decompressed here is handled as a corrupt one with ``raise`` (an
-        ``UnsupportedCodecError``, not counted as corrupt).
-
-        Under read_committed, the batches of aborted transactions (``aborted``: the
-        response's ``(producer id, first offset)`` list) are dropped: marked (native) or
-        replaced by an :class:`~aiozkconsumer.kafka.transactions.AbortedBatch`, which the
-        iterator steps over.
-
         Returns whether a chunk was handed over.
         """
-        if not data:
-            return False
-        config = self.manager.config
-        batches: list[Any] = []
-        next_offset = fetch_offset
-        corrupt: CorruptRecordError | UnsupportedCodecError | None = None
-        transactions = (
-            AbortedTransactions(aborted) if aborted and self.manager.read_committed else None
+        manager = self.manager
+        outcome = chunk_from(
+            pti,
+            fetch_offset,
+            data,
+            aborted,
+            config=manager.config,
+            read_committed=manager.read_committed,
+            metrics=manager.metrics,
         )
-        record_set = read_record_set(data, pti.tp, config.check_crcs)
-        bad = record_set.corrupt
-        for batch in record_set.batches:
-            if bad and batch.next_offset in bad:
-                e = bad[batch.next_offset]
-                if not self._skip_corrupt(pti, e, next_offset):
-                    corrupt = e
-                    break
-                batch = SkippedBatch(e.offset, batch.next_offset)
-            elif transactions and transactions.aborted(batch):
-                batch = mark_aborted(batch)  # readers step over it
-            elif not batch.is_control_batch and (
-                unsupported := unsupported_codec_error(pti.topic, pti.partition, batch)
-            ):
-                corrupt = unsupported
-                break
-            batches.append(batch)
-            next_offset = batch.next_offset
-        if batches:
-            metrics = self.manager.metrics
-            if metrics is not None:
-                size = len(data)
-                metrics.bytes_per_sec(pti.topic).mark(size)
-                metrics.bytes_per_sec().mark(size)
-            # The epochs of the batches, for the position's validation and for commits.
-            epochs = pti.epochs
-            epochs.add(batch_epochs(data, next_offset))
-            epochs.prune(pti.consumed_offset)
-            self._hand_over(
-                FetchedDataChunk(batches, pti, fetch_offset, truncations=pti.truncations),
-                next_offset,
-            )
-        elif isinstance(corrupt, UnsupportedCodecError):
-            log.error("%s; not delivered, %s stops at offset %s", corrupt, pti.tp, fetch_offset)
-            self.partitions.pop(pti.tp, None)
-            self._hand_over(
-                FetchedDataChunk((), pti, fetch_offset, error=corrupt, truncations=pti.truncations),
-                fetch_offset,
-            )
-        elif corrupt is not None:
-            log.error(
-                "%s; not delivered, %s stops at offset %s (crc.error.action=raise)",
-                corrupt,
-                pti.tp,
-                fetch_offset,
-            )
-            self._mark_corrupt(pti)
-            self.partitions.pop(pti.tp, None)
-            self._hand_over(
-                FetchedDataChunk((), pti, fetch_offset, error=corrupt, truncations=pti.truncations),
-                fetch_offset,
-            )
-        elif batch_larger_than(data, pti.fetch_size):
-            # A batch larger than fetch.message.max.bytes: it can never be returned. Hand the
-            # iterator a chunk that raises MessageSizeTooLargeError and stop fetching it.
-            self.partitions.pop(pti.tp, None)
-            self._hand_over(
-                FetchedDataChunk(
-                    (), pti, fetch_offset, too_large=True, truncations=pti.truncations
-                ),
-                fetch_offset,
-            )
-        else:
-            # Only the start of a batch that fits: the response's max_bytes cut it short.
+        if outcome.chunk is None:
             return False
+        if outcome.stop:
+            self.partitions.pop(pti.tp, None)
+        self._hand_over(outcome.chunk, outcome.next_offset)
         return True
-
-    def _skip_corrupt(
-        self, pti: PartitionTopicInfo, error: CorruptRecordError, position: int
-    ) -> bool:
-        """Whether to step over a corrupt batch (``crc.error.action=skip``); logs and counts it.
-
-        A batch whose header does not lead past ``position`` (the offset after the batches
-        before it) cannot be stepped over: where it ends is itself corrupt. It raises.
-        """
-        end = error.last_offset
-        if self.manager.config.crc_error_action != "skip" or end is None or end < position:
-            return False
-        log.error("%s; skipped (crc.error.action=skip)", error)
-        self._mark_corrupt(pti)
-        return True
-
-    def _mark_corrupt(self, pti: PartitionTopicInfo) -> None:
-        metrics = self.manager.metrics
-        if metrics is not None:
-            metrics.corrupt_batches_per_sec(pti.topic).mark()
-            metrics.corrupt_batches_per_sec().mark()
 
     def _hand_over(self, chunk: FetchedDataChunk, next_offset: int) -> None:
         pti = chunk.topic_info
