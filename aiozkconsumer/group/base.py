@@ -22,14 +22,16 @@ from typing import Any, ClassVar
 import anyio
 
 from ..errors import (
+    BrokerNotAvailableError,
     ConsumerError,
     FencedInstanceIdError,
     GroupCoordinatorError,
+    NoBrokersError,
     UnknownTopicError,
     UnreleasedInstanceIdError,
 )
 from ..handover import MemberParts, StreamView
-from ..kafka.group import FENCED_INSTANCE_ID, GroupRequestError
+from ..kafka.group import COORDINATOR_LOAD_IN_PROGRESS, FENCED_INSTANCE_ID, GroupRequestError
 from ..plan import plan_moves
 from ..queues import PollingReader
 from ..records import HISTORY_LIMIT, PartitionTopicInfo, RebalanceRecord, TopicPartition
@@ -42,6 +44,12 @@ log = logging.getLogger(__name__)
 
 _RETRY_BACKOFF_S = 0.1
 _RETRY_BACKOFF_MAX_S = 1.0
+
+
+def _coordinator_unreachable(e: GroupRequestError) -> bool:
+    """Whether a failed attempt found no coordinator to take the join: no answer, the
+    coordinator moved or not available, or still loading the group (a broker restarting)."""
+    return e.coordinator_moved or e.code == COORDINATOR_LOAD_IN_PROGRESS
 
 
 class GroupMember:
@@ -221,7 +229,8 @@ class GroupMember:
 
     async def _rebalance(self, reason: str) -> None:
         started, t0 = time.time(), time.monotonic()
-        deadline = anyio.current_time() + max(self.config.session_timeout_ms / 1000, 30.0)
+        window = max(self.config.session_timeout_ms / 1000, 30.0)
+        deadline = anyio.current_time() + window
         backoff = _RETRY_BACKOFF_S
         attempts = 0
         totals = [0, 0, 0]  # kept, released, acquired
@@ -234,7 +243,13 @@ class GroupMember:
                     return
                 attempts += 1
                 try:
-                    await self._attempt(totals)
+                    try:
+                        await self._attempt(totals)
+                    except (NoBrokersError, BrokerNotAvailableError) as e:
+                        # No broker answered the attempt's metadata request (the topics'
+                        # partitions; brokers restarting, a link cut): retried as a group
+                        # request that got no answer.
+                        raise GroupRequestError("Metadata", None, str(e)) from e
                     break
                 except GroupRequestError as e:
                     self.failed_attempts += 1
@@ -249,7 +264,22 @@ class GroupMember:
                         ) from e
                     back_off = self._attempt_failed(e)
                     log.info("[%s] attempt %d failed: %s", self.consumer_id, attempts, e)
-                    if anyio.current_time() >= deadline:
+                    if anyio.current_time() >= deadline and _coordinator_unreachable(e):
+                        # As the Java client, which goes on finding and joining the
+                        # coordinator for as long as the application polls: a coordinator
+                        # down (killed, restarting, a rolling restart of the brokers) is
+                        # waited out, with a WARNING per window, rather than ending the
+                        # connector.
+                        log.warning(
+                            "[%s] group %s: no coordinator took the join for %.0f s (%s); "
+                            "still trying",
+                            self.consumer_id,
+                            self.config.group_id,
+                            time.monotonic() - t0,
+                            e,
+                        )
+                        deadline = anyio.current_time() + window
+                    elif anyio.current_time() >= deadline:
                         self._record(started, t0, attempts, False, reason, totals)
                         raise GroupCoordinatorError(
                             self.config.group_id,
@@ -593,10 +623,15 @@ class GroupMember:
         gate = self.ownership.gate
         gate.extend(min(gate.deadline, time.monotonic()))
 
+    def _session_timeout_s(self) -> float:
+        """The session timeout the coordinator applies to this member, seconds
+        (``session.timeout.ms``, sent with JoinGroup)."""
+        return self.config.session_timeout_ms / 1000
+
     def _lapsed(self) -> bool:
         """Whether no heartbeat was answered for a session timeout."""
         return self.last_heartbeat_received is not None and (
-            time.monotonic() - self.last_heartbeat_received > self.config.session_timeout_ms / 1000
+            time.monotonic() - self.last_heartbeat_received > self._session_timeout_s()
         )
 
     def _leaving(self) -> bool:

@@ -56,7 +56,7 @@ from ..kafka.consumer_group import (
     HeartbeatResult,
     new_member_id,
 )
-from ..kafka.group import GroupRequestError
+from ..kafka.group import UNKNOWN_MEMBER_ID, GroupRequestError
 from ..ownership import partitions_by_topic
 from ..records import TopicPartition
 from ..subscription import WildcardTopicCount, broker_side_regex
@@ -107,6 +107,8 @@ class ConsumerProtocolCoordinator(GroupMember):
         self._topic_ids: dict[str, bytes] = {}
         self._heartbeat_lock = anyio.Lock()
         self.group: ConsumerGroupClient = group
+        self._broker_session_timeout_ms: int | None = None
+        """The group's session timeout on the broker, as it answered at the last join."""
 
     @property
     def generation(self) -> int:
@@ -172,10 +174,9 @@ class ConsumerProtocolCoordinator(GroupMember):
             self.member_epoch = result.member_epoch
             if result.heartbeat_interval_ms > 0:
                 self.heartbeat_interval_ms = result.heartbeat_interval_ms
-            # The broker's session timeout is group.consumer.session.timeout.ms (45 s by
-            # default, as session.timeout.ms here): an answered heartbeat proves the
-            # membership for 0.8 of it.
-            self.ownership.gate.extend(t0 + 0.8 * cfg.session_timeout_ms / 1000)
+            # An answered heartbeat proves the membership for 0.8 of the broker's session
+            # timeout (the group's consumer.session.timeout.ms, asked at the join).
+            self.ownership.gate.extend(t0 + 0.8 * self._session_timeout_s())
             if result.assignment is not None:
                 self._assignment = result.assignment
                 self._assignment_new = True
@@ -247,6 +248,7 @@ class ConsumerProtocolCoordinator(GroupMember):
                 totals[1] += len(await self.handover.release(owned, commit=commit))
             topics = self.subscribed_topics()
             await self._check_topics_exist(topics)
+            await self._learn_session_timeout()
             await self._heartbeat(join=True)
             log.info(
                 "[%s] joined group %s: member %s, epoch %d",
@@ -260,11 +262,13 @@ class ConsumerProtocolCoordinator(GroupMember):
         for _ in range(_MAX_RECONCILE_ROUNDS):
             self._assignment_new = False
             target = await self._resolve(self._assignment)
+            self._raise_if_fenced()
             if target is None:
                 break
             if self.machine.state is not MemberState.RECONCILING:
                 self.machine.handle(MemberEvent.ASSIGNMENT_GIVEN)
             kept, released, acquired = await self._take(target, always_tell_listener=False)
+            self._raise_if_fenced()
             totals[0] = kept
             totals[1] += released
             totals[2] += acquired
@@ -276,6 +280,43 @@ class ConsumerProtocolCoordinator(GroupMember):
                 break
         self.machine.handle(MemberEvent.SYNCED)
         self._heartbeat_reset.set()
+
+    def _session_timeout_s(self) -> float:
+        """The broker's session timeout for this group, seconds: what it answered at the
+        join, else ``session.timeout.ms`` (45 s, the broker's default)."""
+        ms = self._broker_session_timeout_ms
+        return (ms if ms is not None else self.config.session_timeout_ms) / 1000
+
+    async def _learn_session_timeout(self) -> None:
+        """Ask the broker for the group's session timeout (once a join): the member may hand
+        records out only while its last answered heartbeat is younger than 0.8 of it. The
+        broker decides the timeout (``group.consumer.session.timeout.ms``, or the group's
+        ``consumer.session.timeout.ms``); assuming the 45 s default on a broker set lower let
+        a member that had been expelled go on delivering for up to 36 s."""
+        ms = await self.group.session_timeout_ms()
+        if ms is None and self._broker_session_timeout_ms is None:
+            log.info(
+                "[%s] the broker did not tell group %s's session timeout (DescribeConfigs of "
+                "the group); assuming %d ms",
+                self.consumer_id,
+                self.config.group_id,
+                self.config.session_timeout_ms,
+            )
+        if ms is not None:
+            self._broker_session_timeout_ms = ms
+
+    def _raise_if_fenced(self) -> None:
+        """The heartbeat task found the member fenced while this attempt awaited: end the
+        attempt (the next one rejoins at epoch 0) instead of reconciling an assignment the
+        coordinator took back.
+
+        Raises:
+            GroupRequestError: ``UNKNOWN_MEMBER_ID`` (``fenced``), when the member is fenced.
+        """
+        if self.machine.state is MemberState.FENCED:
+            raise GroupRequestError(
+                "ConsumerGroupHeartbeat", UNKNOWN_MEMBER_ID, "fenced while reconciling"
+            )
 
     async def _resolve(
         self, assignment: Mapping[bytes, tuple[int, ...]] | None

@@ -37,6 +37,7 @@ from io import BytesIO
 from typing import Any, TypeAlias
 
 from aiokafka.errors import IncompatibleBrokerVersion
+from aiokafka.protocol.admin import DescribeConfigsRequest
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
     Boolean,
@@ -651,6 +652,30 @@ class ConsumerGroupClient(GroupClient):
             if int(code) == NONE and name is not None and bytes(topic_id) != _ZERO_UUID
         }
 
+    async def session_timeout_ms(self) -> int | None:
+        """The group's session timeout on the broker (``consumer.session.timeout.ms`` of the
+        group, KIP-848's group config: the group's own value, else the broker's
+        ``group.consumer.session.timeout.ms``), from DescribeConfigs of the ``GROUP``
+        resource (type 32, Kafka 4.0+). The member cannot send its own (the broker decides
+        it), so it asks, to bound how long it may hand records out without an answered
+        heartbeat.
+
+        Returns:
+            The timeout in ms, or ``None`` when the broker does not say (no answer, an
+            error such as ``GROUP_AUTHORIZATION_FAILED`` without DescribeConfigs on the
+            group, or a value that is not a number).
+        """
+        try:
+            kafka = await self._kafka_getter()
+            node = kafka.raw.get_random_node()
+            if node is None:
+                return None
+            request = DescribeConfigsRequest([(_GROUP_RESOURCE, self.group, [_SESSION_KEY])])
+            resp = await self._send(kafka, node, request, None, "DescribeConfigs")
+        except (GroupRequestError, IncompatibleBrokerVersion):
+            return None
+        return decode_session_timeout(resp.resources)
+
     async def _send(
         self,
         kafka: KafkaClient,
@@ -670,6 +695,30 @@ class ConsumerGroupClient(GroupClient):
                     fatal=True,
                 ) from e
             raise
+
+
+def decode_session_timeout(resources: Any) -> int | None:
+    """``consumer.session.timeout.ms`` from a DescribeConfigs answer's resources (``None``:
+    an error code, no such entry, or a value that is not a number).
+
+    Args:
+        resources: ``[(error code, message, type, name, [(name, value, ...)], ...)]``.
+
+    Returns:
+        The timeout in ms, or ``None``.
+    """
+    for code, _msg, _type, _name, entries, *_ in resources:
+        if int(code) != NONE:
+            return None
+        for name, value, *_ in entries:
+            if name == _SESSION_KEY and value is not None and str(value).isdigit():
+                return int(value)
+    return None
+
+
+_GROUP_RESOURCE = 32
+"""DescribeConfigs' resource type of a group (``ConfigResource.Type.GROUP``, KIP-848)."""
+_SESSION_KEY = "consumer.session.timeout.ms"
 
 
 class _HeartbeatError(GroupRequestError):

@@ -112,6 +112,8 @@ class Checker:
         self.epochs: list[Epoch] = []
         self.deliveries: list[Delivery] = []
         self.group_commit: dict[TopicPartitionKey, int] = {}
+        self.group_commit_ts: dict[TopicPartitionKey, float] = {}
+        """When each partition's group commit was answered (its event's ``ts``)."""
         self.commits = 0
         self.delivered = 0
         self.duplicates = 0
@@ -425,11 +427,18 @@ class Checker:
         log.max_delivered = max(log.max_delivered, last)
 
     def on_committed(self, inc: Incarnation, event: Mapping[str, Any], ts: float) -> None:
+        # When the commit was sent: it took effect between then and ``ts`` (its answer).
+        sent = min(ts, float(event.get("sent_ts", ts)))
         for tp, offset in partition_entries(event, "offsets"):
             self.commits += 1
             where: dict[str, Any] = {"topic": tp[0], "partition": tp[1], "member": inc.member}
             previous = self.group_commit.get(tp)
             if previous is not None and offset < previous:
+                if sent <= self.group_commit_ts.get(tp, -math.inf):
+                    # Sent before the higher commit was answered (a member frozen with its
+                    # request on the wire): it may have taken effect first, so it proves no
+                    # regression, and the higher commit may be the one that stands.
+                    continue
                 self.flag(
                     AnomalyKind.COMMIT_DECREASED,
                     f"committed {offset} after the group had committed {previous}",
@@ -438,6 +447,7 @@ class Checker:
                     **where,
                 )
             self.group_commit[tp] = offset
+            self.group_commit_ts[tp] = ts
             epoch = inc.open.get(tp)
             log = self.partitions.get(tp)
             if epoch is None:

@@ -84,7 +84,10 @@ excused; group-level continuity is ``handover_gap``.
 
 ``commit_decreased`` (reference §1a, check 4). Per partition, the group commits in time order
 never decrease. A decrease is what a zombie's late commit does (``commitOffsetToZooKeeper``
-writes unconditionally, §1c); it makes the next owner re-read committed records.
+writes unconditionally, §1c); it makes the next owner re-read committed records. A commit
+whose ``sent_ts`` comes before the higher commit's event (it was on the wire, its member
+frozen, when the higher one was answered) may have taken effect first: it is not flagged and
+leaves the group commit as it was.
 
 ``commit_ahead`` (Kafka's VerifiableConsumer "Committed offset is ahead of the current
 position", reference §1a check 5). A commit of offset ``o`` by a member is allowed only while it

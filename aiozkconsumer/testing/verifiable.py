@@ -77,7 +77,9 @@ objects with ``topic`` and ``partition`` (and ``offset`` where said).
   between the hand-out and the event. (A batch whose offsets of a
   partition do not increase is split into increasing runs, so the checker sees the step back.)
 - ``committed``: ``offsets`` (entries with ``offset``: the next offset to read), ``reason``:
-  ``"interval"``, ``"release"`` or ``"shutdown"``.
+  ``"interval"``, ``"release"`` or ``"shutdown"``; ``sent_ts``: when the commit was sent (it
+  took effect between then and the event: a member frozen with its request on the wire logs
+  it late).
 - ``commit_failed``: ``offsets``, ``reason``, ``error``: ``commit_offsets`` raised (e.g. the
   session is suspended); nothing is known to be committed.
 - ``error``: ``error``: the process stops on an unexpected error (exit status 1).
@@ -511,6 +513,7 @@ class VerifiableConsumer:
                 }
                 if not offsets:
                     return
+                sent = time.time()
                 try:
                     await self.connector.commit_offsets(offsets)
                 except ConsumerError as e:
@@ -518,7 +521,7 @@ class VerifiableConsumer:
                         "commit_failed", offsets=_entries(offsets), reason=reason, error=str(e)
                     )
                     return
-                self._emit("committed", offsets=_entries(offsets), reason=reason)
+                self._emit("committed", offsets=_entries(offsets), reason=reason, sent_ts=sent)
 
     async def _commit_loop(self) -> None:
         interval = self.options.commit_interval_ms / 1000

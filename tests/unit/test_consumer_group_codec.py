@@ -34,6 +34,7 @@ from aiozkconsumer.kafka.consumer_group import (
     Uuid,
     consumer_error_name,
     decode_heartbeat_response,
+    decode_session_timeout,
     new_member_id,
 )
 from aiozkconsumer.offsets.kafka_store import KafkaOffsetStore
@@ -339,3 +340,12 @@ async def test_a_commit_of_an_epoch_that_is_over_is_fenced(code: int) -> None:
     with pytest.raises(CommitFencedError) as info:
         await store.commit({T0: 9}, retries=3)
     assert info.value.fenced == {T0} and channel.sent == [(3, "m")]
+
+
+def test_the_groups_session_timeout_is_read_from_describe_configs() -> None:
+    entry = ("consumer.session.timeout.ms", "6000", False, 4, False, [])
+    assert decode_session_timeout([(0, "", 32, "g", [entry])]) == 6000
+    assert decode_session_timeout([(29, "denied", 32, "g", [])]) is None  # not authorized
+    assert decode_session_timeout([(0, "", 32, "g", [])]) is None
+    odd = ("consumer.session.timeout.ms", "six", False, 4, False, [])
+    assert decode_session_timeout([(0, "", 32, "g", [odd])]) is None

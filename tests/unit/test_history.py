@@ -427,6 +427,30 @@ def test_decreasing_commit_is_flagged() -> None:
     assert result.anomalies[0].offsets == (8, 10)
 
 
+def test_a_lower_commit_sent_before_the_higher_was_answered_is_no_regression() -> None:
+    """A member frozen with its commit on the wire logs it after the new owner's higher
+    commit; sent before that commit was answered, it may have taken effect first. Sent
+    after it, it is a regression."""
+    log = produced({0: 20})
+
+    def history(sent_ts: float) -> list[dict[str, Any]]:
+        late = committed(9, "a", {0: 10})
+        late["sent_ts"] = sent_ts
+        return [
+            assigned(1, "a", {0: -1}),
+            consumed(2, "a", 0, 0, 9),
+            committed(3, "a", {0: 10}),
+            assigned(6, "b", {0: 10}),
+            consumed(7, "b", 0, 10, 19),
+            committed(8, "b", {0: 20}),
+            late,
+            revoked(9.5, "a", [0]),
+        ]
+
+    assert AnomalyKind.COMMIT_DECREASED not in kinds(check(log, history(sent_ts=4)))
+    assert AnomalyKind.COMMIT_DECREASED in kinds(check(log, history(sent_ts=8.5)))
+
+
 def test_zombie_commit_after_handover_decreases_and_is_unowned() -> None:
     log = produced({0: 20})
     result = check(
