@@ -196,9 +196,10 @@ class ConsumerConfig:
         heartbeat_interval_ms: ``heartbeat.interval.ms``, ms, default 3000, > 0 and below
             ``session.timeout.ms``; ``kafka`` only: the pace of the heartbeat coroutine.
         max_poll_interval_ms: ``max.poll.interval.ms``, ms, default 300000, > 0; ``kafka``
-            only: poll liveness: a member whose stream's reader holds a record or batch this
-            long without asking for the next leaves the group (after committing) and rejoins
-            when it reads again, as the Java client; also sent as JoinGroup's rebalance
+            (``zookeeper`` with ``zookeeper.poll.liveness.enable``): poll liveness: a member
+            whose stream's reader holds a record or batch this long without asking for the
+            next leaves the group (after committing) and rejoins when it reads again, as the
+            Java client; also sent as JoinGroup's rebalance
             timeout (how long the coordinator waits for every member to rejoin); with
             ``group.protocol=consumer``, the time the broker gives this member to revoke
             partitions it takes away.
@@ -242,6 +243,15 @@ class ConsumerConfig:
             ``largest`` its backlog is skipped), and the next commit overwrites the node;
             with ``dual.commit.enabled`` its Kafka offset is not read either. The original's
             rebalance failed on such a node (``NumberFormatException``).
+        zookeeper_poll_liveness_enable: ``zookeeper.poll.liveness.enable``, new, default
+            ``False`` (the original had no such check); ``group.coordinator=zookeeper`` only.
+            ``True``: poll liveness with ``max.poll.interval.ms``: a member whose stream's
+            reader holds a record or batch that long without asking for the next commits its
+            consumed offsets (auto-commit on), logs one WARNING naming the stream and the
+            interval, gives its partitions up and deletes its registration node
+            (``/consumers/<group>/ids/<consumer id>``), so the other members rebalance and
+            take them; it registers again and rebalances back in when the reader asks for
+            records again. Kafka-coordinated members always apply ``max.poll.interval.ms``.
         security_protocol: ``security.protocol``, the Java client's, default ``"PLAINTEXT"``;
             ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL`` (any letter case). Every
             Kafka connection (metadata, fetch, offsets, group coordination, the tools, Spark)
@@ -386,6 +396,7 @@ class ConsumerConfig:
     group_instance_id: str | None = None
     interceptor_classes: str | None = None
     offsets_malformed_reset: bool = False
+    zookeeper_poll_liveness_enable: bool = False
     # ---- Kafka connections: TLS and SASL (the Java client's keys) --------------------
     security_protocol: str = "PLAINTEXT"
     ssl_cafile: str | None = None

@@ -102,6 +102,12 @@ def check_values(config: ConsumerConfig) -> None:
                 "static membership needs group.coordinator=kafka (a ZooKeeper-coordinated "
                 "group has no group protocol); leave it unset",
             )
+    if config.zookeeper_poll_liveness_enable and config.group_coordinator != "zookeeper":
+        raise InvalidConfigError(
+            "zookeeper.poll.liveness.enable",
+            "applies to group.coordinator=zookeeper only (a Kafka-coordinated member always "
+            "applies max.poll.interval.ms); leave it unset",
+        )
     if config.group_coordinator == "kafka":
         check_kafka_coordinated(config)
     elif config.zookeeper_connect is None:

@@ -8,7 +8,9 @@ adds the ZooKeeper coordinator's parts, each given what it needs, never the conn
 - ``membership.Membership``: the registration node and the reset after a new session;
 - ``watches.GroupWatches``: the ZooKeeper watches that trigger rebalances;
 - ``lease.SessionLease``: records flow only while the session is proven alive;
-- ``commits.FencedCommitter``: commits fenced by the partitions' fencing tokens.
+- ``commits.FencedCommitter``: commits fenced by the partitions' fencing tokens;
+- ``liveness.PollLiveness``: with ``zookeeper.poll.liveness.enable``, deregisters the member
+  while a reader holds past ``max.poll.interval.ms``.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from .verbs import ConnectorVerbs
 from .zk.client import ZkClient
 from .zk.retry import connection_retry_window_s, retry_until_connected
 from .zkgroup.lease import SessionLease
+from .zkgroup.liveness import PollLiveness
 from .zkgroup.membership import Membership
 from .zkgroup.rebalancer import Rebalancer
 from .zkgroup.watches import GroupWatches
@@ -74,6 +77,10 @@ class ZookeeperConsumerConnector(ConnectorVerbs):
     Entering opens the ZooKeeper session; leaving stops fetchers, ends the streams, commits
     consumed offsets (auto-commit on), and closes the session, so the group's other members
     rebalance at once (``shutdown``, 0.10.2 order).
+
+    With ``zookeeper.poll.liveness.enable`` (off by default, as the original), a member whose
+    stream's reader holds a record past ``max.poll.interval.ms`` commits, gives its partitions
+    up and deregisters until the reader asks again (:attr:`poll_liveness`).
 
     The Java ``KafkaConsumer``'s runtime verbs (``seek``, ``pause``, ``position``,
     ``assign``, ...) come from :class:`~aiozkconsumer.verbs.ConnectorVerbs`.
@@ -170,6 +177,14 @@ class ZookeeperConsumerConnector(ConnectorVerbs):
             on_no_brokers=self.watches.watch_broker_ids,
             connection_retry_window_s=self.connection_retry_window_s,
         )
+        self.poll_liveness = PollLiveness(
+            self._member_parts(),
+            membership=self.membership,
+            release_step=self._rebalancer.owners.delete_owned,
+            rebalance_lock=self._rebalance_lock,
+            request_rebalance=self.request_rebalance,
+            retry=self.retry_across_connection_loss,
+        )
         self._state_before_suspend = ConnectorState.RUNNING
 
     # -- the coordinator's parts of the lifecycle ----------------------------------------
@@ -221,6 +236,8 @@ class ZookeeperConsumerConnector(ConnectorVerbs):
         tg.start_soon(self._watch_session)
         await self._run_rebalance("initial subscription", raise_on_failure=True)
         tg.start_soon(self._rebalance_worker)
+        if self.config.zookeeper_poll_liveness_enable:
+            tg.start_soon(self.poll_liveness.run)
         if self.config.auto_commit_enable:
             tg.start_soon(self.committer.auto_commit, self.config.auto_commit_interval_ms / 1000)
 

@@ -5,21 +5,31 @@ chunks between the fetcher threads and a stream's ``ConsumerIterator``. Here an
 ``asyncio.Queue`` that also says how much room is left for a fetch to fill, counting the
 chunks fetches in flight will bring (``reserved``) and those already waiting for room
 (``waiting``), and notifies listeners when a reader frees room, without any private asyncio
-attribute. A queue also knows the reader that takes from it (:class:`PollingReader`), so a
-Kafka-coordinated member can tell how long that reader has held what it was handed
-(``max.poll.interval.ms``).
+attribute. A queue also knows the reader that takes from it (:class:`PollingReader`), so a member
+can tell how long that reader has held what it was handed (``max.poll.interval.ms``);
+:func:`check_poll_interval` is that rule, shared by the Kafka members and the ZooKeeper
+member's ``zookeeper.poll.liveness.enable``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 from .records import FetchedDataChunk
 
-__all__ = ["SHUTDOWN_COMMAND", "ChunkQueue", "PollingReader", "RoomListener", "notify_on_room"]
+__all__ = [
+    "SHUTDOWN_COMMAND",
+    "ChunkQueue",
+    "PollCheck",
+    "PollingReader",
+    "RoomListener",
+    "check_poll_interval",
+    "notify_on_room",
+]
 
 
 class _ShutdownCommand:
@@ -122,3 +132,56 @@ def notify_on_room(queues: Iterable[ChunkQueue], listener: RoomListener) -> Iter
         for queue in queues:
             stack.enter_context(queue.notify_on_room(listener))
         yield
+
+
+@dataclass(frozen=True)
+class PollCheck:
+    """What :func:`check_poll_interval` found.
+
+    Attributes:
+        expired: the readers (stream names, sorted) that hold what they were handed for
+            ``max.poll.interval.ms`` or longer.
+        longest_s: the longest hold now, seconds (0.0 when no reader holds anything).
+        next_check_s: seconds until the earliest moment another reader can expire (the
+            interval when none holds anything; 0.0 when one has expired).
+    """
+
+    expired: tuple[str, ...]
+    longest_s: float
+    next_check_s: float
+
+
+def check_poll_interval(
+    holds: Mapping[str, float | None], now: float, interval_s: float
+) -> PollCheck:
+    """Which readers exceeded ``max.poll.interval.ms`` (poll liveness), and when to look again.
+
+    A reader holds what it was handed from its last ask for records until its next one; one
+    waiting for records is polling (as a Java consumer blocked inside ``poll()``) and holds
+    nothing. The rule is the Java client's poll timer (``Heartbeat.pollTimeoutExpired``,
+    ``AbstractHeartbeatRequestManager.poll``: expired once the time since the last ``poll()``
+    reaches ``max.poll.interval.ms``), per stream: each stream's reader is a poll loop.
+
+    Args:
+        holds: ``{stream name: monotonic seconds since which it holds, or None}``.
+        now: monotonic seconds.
+        interval_s: ``max.poll.interval.ms`` in seconds, > 0.
+
+    Returns:
+        A :class:`PollCheck`.
+    """
+    expired: list[str] = []
+    longest = 0.0
+    next_check = interval_s
+    for name, since in holds.items():
+        if since is None:
+            continue
+        held = now - since
+        longest = max(longest, held)
+        if held >= interval_s:
+            expired.append(name)
+        else:
+            next_check = min(next_check, interval_s - held)
+    if expired:
+        next_check = 0.0
+    return PollCheck(tuple(sorted(expired)), longest, max(next_check, 0.0))

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+# The poll timer is the rule of both coordinators; it lives beside the readers it judges.
+from ..queues import PollCheck, check_poll_interval
 
 __all__ = [
     "TRANSITIONS",
@@ -224,56 +226,3 @@ class MemberStateMachine:
 
     def __repr__(self) -> str:
         return f"<MemberStateMachine {self.state.value}>"
-
-
-@dataclass(frozen=True)
-class PollCheck:
-    """What :func:`check_poll_interval` found.
-
-    Attributes:
-        expired: the readers (stream names, sorted) that hold what they were handed for
-            ``max.poll.interval.ms`` or longer.
-        longest_s: the longest hold now, seconds (0.0 when no reader holds anything).
-        next_check_s: seconds until the earliest moment another reader can expire (the
-            interval when none holds anything; 0.0 when one has expired).
-    """
-
-    expired: tuple[str, ...]
-    longest_s: float
-    next_check_s: float
-
-
-def check_poll_interval(
-    holds: Mapping[str, float | None], now: float, interval_s: float
-) -> PollCheck:
-    """Which readers exceeded ``max.poll.interval.ms`` (poll liveness), and when to look again.
-
-    A reader holds what it was handed from its last ask for records until its next one; one
-    waiting for records is polling (as a Java consumer blocked inside ``poll()``) and holds
-    nothing. The rule is the Java client's poll timer (``Heartbeat.pollTimeoutExpired``,
-    ``AbstractHeartbeatRequestManager.poll``: expired once the time since the last ``poll()``
-    reaches ``max.poll.interval.ms``), per stream: each stream's reader is a poll loop.
-
-    Args:
-        holds: ``{stream name: monotonic seconds since which it holds, or None}``.
-        now: monotonic seconds.
-        interval_s: ``max.poll.interval.ms`` in seconds, > 0.
-
-    Returns:
-        A :class:`PollCheck`.
-    """
-    expired: list[str] = []
-    longest = 0.0
-    next_check = interval_s
-    for name, since in holds.items():
-        if since is None:
-            continue
-        held = now - since
-        longest = max(longest, held)
-        if held >= interval_s:
-            expired.append(name)
-        else:
-            next_check = min(next_check, interval_s - held)
-    if expired:
-        next_check = 0.0
-    return PollCheck(tuple(sorted(expired)), longest, max(next_check, 0.0))

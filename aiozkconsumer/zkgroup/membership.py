@@ -5,6 +5,11 @@ A member registers at ``/consumers/<group>/ids/<consumer id>`` (``registerConsum
 and its owner nodes: another member may own its partitions already, so it drops them without
 committing and registers again on the new session
 (``ZKSessionExpireListener.handleNewSession``).
+
+With ``zookeeper.poll.liveness.enable`` a member may also deregister itself (delete its node)
+while a reader holds past ``max.poll.interval.ms`` (``liveness.PollLiveness``): it is *stale*
+then, takes part in no rebalance, and registers again at the first rebalance after the reader
+asks for records again.
 """
 
 from __future__ import annotations
@@ -61,6 +66,10 @@ class Membership:
         self.streams = streams
         self.registered_session: int | None = None
         self.session_replaced = False
+        self.stale = False
+        """Deregistered on a poll timeout and the reader still holds: no rebalance runs."""
+        self.deregistered = False
+        """The node was deleted on a poll timeout: the next rebalance registers again."""
 
     @property
     def path(self) -> str:
@@ -80,7 +89,26 @@ class Membership:
         data = tc.encode_registration(int(time.time() * 1000))
         await self.zk.create_ephemeral_checked(self.path, data)
         self.registered_session = self.zk.session_id
+        self.deregistered = False
         log.info("[%s] registered at %s", self.consumer_id, self.path)
+
+    async def deregister(self) -> bool:
+        """Delete the registration node (a poll timeout), so the other members rebalance.
+
+        Returns:
+            Whether a node was deleted (``False``: it was gone already).
+
+        Raises:
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
+        self.deregistered = True
+        deleted = await self.zk.delete(self.path)
+        log.info("[%s] deregistered from %s", self.consumer_id, self.path)
+        return deleted
+
+    def end_stale(self) -> None:
+        """The reader asks for records again: the next rebalance registers and takes part."""
+        self.stale = False
 
     def note_session(self, session_id: int | None) -> bool:
         """Note a (re)connected session; returns whether it replaced the registered one."""
@@ -94,8 +122,15 @@ class Membership:
         As ``ZKSessionExpireListener.handleNewSession`` (0.10.2): the old session's ephemeral
         nodes are gone, so another member may own our partitions already; offsets consumed
         since the last commit are not committed (the original's ``resetState``).
+
+        A member that deregistered on a poll timeout registers again here (not while it is
+        still stale: it owns nothing then, and a replaced session waits for the rejoin too).
         """
+        if self.stale:
+            return
         if not self.session_replaced:
+            if self.deregistered:
+                await self.register()
             return
         await self.fetcher.stop_connections()
         dropped = self.ownership.release_all()
@@ -111,5 +146,6 @@ class Membership:
         sid = self.registered_session
         return (
             f"<Membership {self.path} [session {'-' if sid is None else hex(sid)}"
-            f"{', replaced' if self.session_replaced else ''}]>"
+            f"{', replaced' if self.session_replaced else ''}"
+            f"{', stale' if self.stale else ''}]>"
         )

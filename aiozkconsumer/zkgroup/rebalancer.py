@@ -226,7 +226,18 @@ class Rebalancer:
             ConsumerRebalanceFailedError: no attempt succeeded. The consumer then owns no
                 partition and fetches nothing; it stays registered, and the next trigger
                 (member change, new session) rebalances again.
+
+        A member deregistered on a poll timeout (``membership.stale``) does not rebalance: it
+        owns nothing and takes nothing until its reader asks for records again.
         """
+        if self.membership.stale:
+            log.info(
+                "[%s] not rebalancing (%s): deregistered while a stream holds records past "
+                "max.poll.interval.ms",
+                self.consumer_id,
+                reason,
+            )
+            return
         cfg = self.config
         started, t0 = time.time(), time.monotonic()
         self._clock = PhaseClock()

@@ -60,6 +60,7 @@ ORIGINAL_DEFAULTS: dict[str, object] = {
     "group.instance.id": None,
     "interceptor.classes": None,
     "offsets.malformed.reset": False,
+    "zookeeper.poll.liveness.enable": False,
     # Kafka connection security and what is read: the Java KafkaConsumer's keys and defaults.
     "security.protocol": "PLAINTEXT",
     "ssl.cafile": None,
@@ -707,3 +708,15 @@ def test_offsets_malformed_reset_is_a_boolean_property() -> None:
         ConsumerConfig.from_properties({**REQUIRED_PROPS, "offsets.malformed.reset": "yes"})
     assert info.value.key == "offsets.malformed.reset"
     raises_for("offsets.malformed.reset", offsets_malformed_reset="true")
+
+
+def test_zookeeper_poll_liveness_enable_is_a_boolean_property() -> None:
+    assert make().zookeeper_poll_liveness_enable is False
+    props = {**REQUIRED_PROPS, "zookeeper.poll.liveness.enable": "true"}
+    config = ConsumerConfig.from_properties(props)
+    assert config.zookeeper_poll_liveness_enable is True
+    assert config.to_properties()["zookeeper.poll.liveness.enable"] == "true"
+    with pytest.raises(InvalidConfigError) as info:
+        ConsumerConfig.from_properties({**REQUIRED_PROPS, "zookeeper.poll.liveness.enable": "on"})
+    assert info.value.key == "zookeeper.poll.liveness.enable"
+    raises_for("zookeeper.poll.liveness.enable", zookeeper_poll_liveness_enable="true")

@@ -128,3 +128,26 @@ def test_the_first_broken_rule_is_reported(values: dict[str, Any], key: str) -> 
     with pytest.raises(InvalidConfigError) as info:
         ConsumerConfig(**{"group_id": "g", "zookeeper_connect": "h:1", **values})
     assert key_of(info) == key
+
+
+def test_zookeeper_poll_liveness_is_for_zookeeper_coordinated_groups_only() -> None:
+    on = ConsumerConfig(group_id="g", zookeeper_connect="h:1", zookeeper_poll_liveness_enable=True)
+    assert on.zookeeper_poll_liveness_enable and on.max_poll_interval_ms == 300000
+    with pytest.raises(InvalidConfigError) as info:
+        ConsumerConfig(
+            group_id="g",
+            group_coordinator="kafka",
+            bootstrap_servers="b:1",
+            zookeeper_poll_liveness_enable=True,
+        )
+    assert key_of(info) == "zookeeper.poll.liveness.enable"
+    assert "max.poll.interval.ms" in str(info.value)
+    # The interval's own range rule holds in ZooKeeper mode too.
+    with pytest.raises(InvalidConfigError) as info:
+        ConsumerConfig(
+            group_id="g",
+            zookeeper_connect="h:1",
+            zookeeper_poll_liveness_enable=True,
+            max_poll_interval_ms=0,
+        )
+    assert key_of(info) == "max.poll.interval.ms"
