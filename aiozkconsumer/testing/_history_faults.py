@@ -41,6 +41,11 @@ _BROKER_FAULTS = frozenset({"broker_restart", "leader_kill"})
 _EVERY_MEMBER = frozenset({_ZOOKEEPER_RESTART, "coordinator_kill", "rolling_restart"})
 """Faults on the server every member's membership depends on: ZooKeeper, or (Kafka mode) the
 group coordinator's broker."""
+_KAFKA_BROKER_FAULTS = frozenset(
+    {"broker_link", "coordinator_kill", "leader_kill", "rolling_restart"}
+)
+"""Kafka-mode faults on the brokers (or a member's link to one): no commit may reach the group
+coordinator for a while."""
 _SESSION_ENDING = frozenset({"pause", "expire", "zookeeper_link"})
 """Faults on a member, besides a long ZooKeeper restart, that can end its session."""
 
@@ -96,7 +101,13 @@ def duplicate_window_bound_s(
     notice a dead link) and ``ε`` = :data:`DUPLICATE_WINDOW_TOLERANCE_S`, all in seconds:
     ``kill`` / ``pause``: ``C + ε``; ``zookeeper_link`` / ``zookeeper_restart``:
     ``C + D + ε`` (a ZooKeeper restart shorter than ``T/2`` should hand nothing over at
-    all: that is the ``session_expired_by_short_zookeeper_restart`` rule).
+    all: that is the ``session_expired_by_short_zookeeper_restart`` rule). The Kafka-mode
+    broker faults (``broker_link``, ``coordinator_kill``, ``leader_kill``,
+    ``rolling_restart``): ``C + T + ε``. While no commit reaches the group coordinator (its
+    broker gone, moving, or cut off from the member), a member hands records out for at
+    most its lease, ``0.8 T`` after its last answered heartbeat (``T``: the session timeout
+    the coordinator applies, the broker's ``group.consumer.session.timeout.ms`` under
+    ``group.protocol=consumer``), and those are the records a new owner reads again.
 
     Args:
         kind: the fault kind (a ``FaultKind`` value), ``None`` for no fault.
@@ -105,13 +116,15 @@ def duplicate_window_bound_s(
 
     Returns:
         The bound in seconds, or ``None`` for a kind without a stated bound (``expire``,
-        broker faults, no fault).
+        ZooKeeper mode's ``broker_restart``, no fault).
     """
     c, t = commit_interval_ms / 1000, session_timeout_ms / 1000
     if kind in ("kill", "pause"):
         return c + DUPLICATE_WINDOW_TOLERANCE_S
     if kind in ("zookeeper_link", _ZOOKEEPER_RESTART):
         return c + t / 3 + DUPLICATE_WINDOW_TOLERANCE_S
+    if kind in _KAFKA_BROKER_FAULTS:
+        return c + t + DUPLICATE_WINDOW_TOLERANCE_S
     return None
 
 

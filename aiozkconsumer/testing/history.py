@@ -180,9 +180,12 @@ applies (a member cut off from ZooKeeper, then paused, is bounded as a link cut)
 :func:`duplicate_window_bound_s`): a hand-over whose duplicate window exceeds the bound of its
 fault kind, with ``D = T/3`` (how long a dead link takes to notice) and a scheduling tolerance
 ``ε`` = :data:`DUPLICATE_WINDOW_TOLERANCE_S`: ``kill`` or ``pause`` (past the session
-timeout): ``C + ε``; ``zookeeper_link`` or ``zookeeper_restart``: ``C + D + ε``. Hand-overs
-after another fault (``expire``, broker faults) or after none have no stated bound and are
-listed, not judged.
+timeout): ``C + ε``; ``zookeeper_link`` or ``zookeeper_restart``: ``C + D + ε``; the Kafka-mode
+broker faults (``broker_link``, ``coordinator_kill``, ``leader_kill``, ``rolling_restart``):
+``C + T + ε`` (no commit reaches the coordinator meanwhile, and the member's lease lets it hand
+records out for at most ``0.8 T`` after its last answered heartbeat). Hand-overs after another
+fault (``expire``, ZooKeeper mode's ``broker_restart``) or after none have no stated bound and
+are listed, not judged.
 
 ``session_expired_by_short_zookeeper_restart``: a ZooKeeper restart down for less than ``T/2``
 must expire no session (the server restores the sessions it knew, and their clients are back in

@@ -1062,6 +1062,9 @@ def test_duplicate_window_bounds() -> None:
     assert duplicate_window_bound_s("zookeeper_link", 500, 6000) == pytest.approx(2.75)
     assert duplicate_window_bound_s("zookeeper_restart", 500, 6000) == pytest.approx(2.75)
     assert duplicate_window_bound_s("expire", 500, 6000) is None
+    for kafka_fault in ("broker_link", "coordinator_kill", "leader_kill", "rolling_restart"):
+        assert duplicate_window_bound_s(kafka_fault, 500, 6000) == pytest.approx(6.75)
+    assert duplicate_window_bound_s("broker_restart", 500, 6000) is None
     assert duplicate_window_bound_s(None, 500, 6000) is None
 
 
