@@ -208,18 +208,11 @@ class ConsumerFetcher:
             )
         self.manager.hand_to(node, ptis)
 
-    def abandon_delivery(self, tp: TopicPartition) -> None:
-        """Stop the wait of a released partition's chunk for room in its stream's queue
-        (the iterator would drop the chunk anyway); a partition still active keeps it."""
-        pti = self._delivering.get(tp)
-        scope = self._delivery_scopes.get(tp)
-        if pti is not None and not pti.active and scope is not None:
-            scope.cancel()
-
     def repositioned(self, tp: TopicPartition) -> None:
-        """A seek or pause moved ``tp``'s position: a chunk of it still waiting for room in
-        its queue is stale (the iterator would drop it), so its wait stops and frees the
-        room; the loop plans its next fetch again (a resumed partition is fetched)."""
+        """A seek or pause moved ``tp``'s position, or it was released: a chunk of it still
+        waiting for room in its queue is stale (the iterator would drop it), so its wait
+        stops and frees the room; the loop plans its next fetch again (a resumed partition
+        is fetched)."""
         scope = self._delivery_scopes.get(tp)
         if scope is not None:
             scope.cancel()
@@ -732,7 +725,7 @@ class FetcherManager:
             self.read_replicas.clear(tp)
             for fetcher in self.fetchers.values():
                 fetcher.partitions.pop(tp, None)
-                fetcher.abandon_delivery(tp)
+                fetcher.repositioned(tp)  # a chunk of the released partition stops waiting
         self._lag.unregister(tps)
 
     def repositioned(self, tps: Iterable[TopicPartition]) -> None:
