@@ -304,7 +304,12 @@ class ConsumerConnector:
         self.metrics = ConsumerMetrics(config.effective_client_id, config.group_id)
         """The original's metrics (``snapshot()``, ``collector()`` for Prometheus)."""
         self.fetcher = FetcherManager(None, config, self.metrics)  # type: ignore[arg-type]
-        self.ownership = OwnershipState(config.queued_max_message_chunks)
+        kbytes = config.effective_queued_max_messages_kbytes
+        self.ownership = OwnershipState(
+            config.queued_max_message_chunks or 0,
+            queue_bytes=None if kbytes is None else kbytes * 1024,
+            slot_bytes=config.fetch_message_max_bytes,
+        )
         """What this member owns: registry, committed offsets, gate, stream queues."""
         self.handover = Handover(
             config=config,

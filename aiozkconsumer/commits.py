@@ -14,7 +14,6 @@ from contextlib import nullcontext
 
 import anyio
 
-from ._concurrency import gather
 from .config import ConsumerConfig
 from .errors import (
     CommitFencedError,
@@ -167,14 +166,14 @@ class FencedCommitter:
         return written
 
     async def _fenced(self, fences: Mapping[TopicPartition, int]) -> set[TopicPartition]:
-        """Partitions whose fencing node moved past the token we hold (read all at once)."""
+        """Partitions whose fencing node moved past the token we hold (one read for all)."""
         group = self.config.group_id
         zk = self.zk
         if zk is None:
             return set()
         items = sorted(fences.items())
-        got = await gather(
-            zk.get(layout.fencing_path(group, tp.topic, tp.partition)) for tp, _ in items
+        got = await zk.get_many(
+            layout.fencing_path(group, tp.topic, tp.partition) for tp, _ in items
         )
         return {
             tp
@@ -189,9 +188,17 @@ class FencedCommitter:
         partitions) and while ``auto_commit_paused()`` says so (a Kafka-coordinated member's
         JoinGroup/SyncGroup is under way: the coordinator would refuse the commit); a failure
         is logged and the next round tries again.
+
+        The interval runs from one round's start to the next, as the Java client's auto-commit
+        timer (reset when a commit is sent): a commit that took longer than the interval
+        (held up by a link cut that healed within the session timeout) is followed by the
+        next one at once, rather than a whole interval after it landed, so a crash soon after
+        the heal repeats only what was handed out during the cut and not the interval after.
         """
+        next_round = anyio.current_time() + interval_s
         while True:
-            await anyio.sleep(interval_s)
+            await anyio.sleep_until(next_round)
+            next_round = anyio.current_time() + interval_s
             if not self.ownership.gate.passable() or self.auto_commit_paused():
                 continue
             try:

@@ -50,6 +50,7 @@ if typing.TYPE_CHECKING:
     from aiozkconsumer.security import KafkaSecurity, ZookeeperSecurity
 
 __all__ = [
+    "DEFAULT_QUEUED_MAX_MESSAGES_KBYTES",
     "ConsumerConfig",
     "UnknownConfigWarning",
     "kafka_security_from_properties",
@@ -59,6 +60,10 @@ __all__ = [
     "validate_group_id",
     "validate_zookeeper_connect",
 ]
+
+DEFAULT_QUEUED_MAX_MESSAGES_KBYTES = 16384
+"""Each stream's default budget of fetched, unread data, KiB, when no queue bound is set
+(``queued.max.messages.kbytes``); chosen by ``benchmarks/throughput.py`` (docs/configuration.md)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +120,16 @@ class ConsumerConfig:
         fetch_wait_max_ms: ``fetch.wait.max.ms``, ms, default 100, > 0. Fetch ``maxWait``.
         num_consumer_fetchers: ``num.consumer.fetchers``, default 1, >= 1. Fetch loops per
             broker (KAFKA-1184).
+        fetch_io_thread_enable: ``fetch.io.thread.enable``, new, default ``False``. With
+            ``True`` each fetch loop's connection is a blocking socket served by a worker
+            thread of its own (``anyio.to_thread``): the kernel's receive copy, the TLS
+            decryption and the record batches' CRC-32C run there with the GIL released, and
+            the event loop gets each fetch response with its record sets parsed and checked.
+            With ``False`` the connection is an asyncio protocol on the event loop's thread.
+            Either way the same requests are sent and the same backpressure and memory budget
+            apply. Off by default: on a busy two-core machine it measured no faster (the
+            thread waits for the GIL each time it takes back a received buffer while the loop
+            decodes records, about every 16 KiB over TLS); it can help where a core is idle.
         check_crcs: ``check.crcs``, new (the Java ``KafkaConsumer``'s and aiokafka's name),
             default ``True``. Check the CRC of every fetched record batch before any of its
             records is handed out, as the original's ``ConsumerIterator`` did
@@ -136,8 +151,17 @@ class ConsumerConfig:
         auto_commit_enable: ``auto.commit.enable``, default ``True``.
         auto_commit_interval_ms: ``auto.commit.interval.ms``, ms, default 60000, > 0. The first
             commit runs one interval after start.
-        queued_max_message_chunks: ``queued.max.message.chunks``, default 2, >= 1. Capacity, in
-            fetched chunks, of each stream's queue.
+        queued_max_message_chunks: ``queued.max.message.chunks``, default ``None`` (no chunk
+            bound), >= 1. Capacity, in fetched chunks (fetches of one partition, each up to
+            ``fetch.message.max.bytes``), of each stream's queue. Set alone, it is the only
+            bound, as in the original (whose default was 2).
+        queued_max_messages_kbytes: ``queued.max.messages.kbytes`` (librdkafka's name), KiB,
+            default ``None`` = 16384 (16 MiB) unless ``queued.max.message.chunks`` is set,
+            >= 1 (``effective_queued_max_messages_kbytes``). Budget of each stream for fetched
+            data not yet read: queued chunks count their actual bytes, fetches in flight a
+            whole ``fetch.message.max.bytes`` per partition asked for; the fetcher asks for a
+            partition only while its stream has room, and at least one fetch goes out while
+            a stream holds nothing. Per stream, not per partition as in librdkafka.
         rebalance_max_retries: ``rebalance.max.retries``, default 4, >= 1. Rebalance attempts
             before ``ConsumerRebalanceFailedError``.
         rebalance_backoff_ms: ``rebalance.backoff.ms``, ms, default ``None`` =
@@ -367,11 +391,13 @@ class ConsumerConfig:
     fetch_min_bytes: int = 1
     fetch_wait_max_ms: int = 100
     num_consumer_fetchers: int = 1
+    fetch_io_thread_enable: bool = False
     check_crcs: bool = True
     crc_error_action: str = "raise"
     auto_commit_enable: bool = True
     auto_commit_interval_ms: int = 60000
-    queued_max_message_chunks: int = 2
+    queued_max_message_chunks: int | None = None
+    queued_max_messages_kbytes: int | None = None
     rebalance_max_retries: int = 4
     rebalance_backoff_ms: int | None = None
     refresh_leader_backoff_ms: int = 200
@@ -471,6 +497,16 @@ class ConsumerConfig:
     def read_committed(self) -> bool:
         """Whether ``isolation.level`` is ``read_committed``."""
         return self.isolation_level == "read_committed"
+
+    @property
+    def effective_queued_max_messages_kbytes(self) -> int | None:
+        """Each stream's byte budget in KiB: ``queued.max.messages.kbytes`` when set, else
+        ``None`` (no byte bound) when ``queued.max.message.chunks`` is set, else 16384."""
+        if self.queued_max_messages_kbytes is not None:
+            return self.queued_max_messages_kbytes
+        if self.queued_max_message_chunks is not None:
+            return None
+        return DEFAULT_QUEUED_MAX_MESSAGES_KBYTES
 
     @property
     def assignment_strategies(self) -> tuple[str, ...]:

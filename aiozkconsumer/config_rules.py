@@ -157,7 +157,10 @@ def check_values(config: ConsumerConfig) -> None:
     check_range("fetch.wait.max.ms", config.fetch_wait_max_ms, 1)
     check_range("num.consumer.fetchers", config.num_consumer_fetchers, 1)
     check_range("auto.commit.interval.ms", config.auto_commit_interval_ms, 1)
-    check_range("queued.max.message.chunks", config.queued_max_message_chunks, 1)
+    if config.queued_max_message_chunks is not None:
+        check_range("queued.max.message.chunks", config.queued_max_message_chunks, 1)
+    if config.queued_max_messages_kbytes is not None:
+        check_range("queued.max.messages.kbytes", config.queued_max_messages_kbytes, 1)
     check_range("rebalance.max.retries", config.rebalance_max_retries, 1)
     if config.rebalance_backoff_ms is not None:
         check_range("rebalance.backoff.ms", config.rebalance_backoff_ms, 0)

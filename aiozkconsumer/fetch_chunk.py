@@ -17,6 +17,7 @@ from .epochs import batch_epochs
 from .errors import CorruptRecordError, UnsupportedCodecError
 from .kafka.crc import SkippedBatch
 from .kafka.records import (
+    RecordSet,
     batch_larger_than,
     mark_aborted,
     read_record_set,
@@ -57,6 +58,7 @@ def chunk_from(
     config: Any,
     read_committed: bool,
     metrics: Any = None,
+    record_set: RecordSet | None = None,
 ) -> ChunkOutcome:
     """Parse a partition's record set into the chunk for its stream.
 
@@ -81,6 +83,8 @@ def chunk_from(
         config: the connector's ``ConsumerConfig`` (``check.crcs``, ``crc.error.action``).
         read_committed: ``isolation.level=read_committed``.
         metrics: the connector's metrics (bytes and corrupt batches are marked), or ``None``.
+        record_set: ``data`` already parsed with the same ``check.crcs`` (by the fetch
+            connection's I/O thread, ``read_record_sets``); parsed here when ``None``.
 
     Returns:
         The outcome.
@@ -91,7 +95,8 @@ def chunk_from(
     next_offset = fetch_offset
     corrupt: CorruptRecordError | UnsupportedCodecError | None = None
     transactions = AbortedTransactions(aborted) if aborted and read_committed else None
-    record_set = read_record_set(data, pti.tp, config.check_crcs)
+    if record_set is None:
+        record_set = read_record_set(data, pti.tp, config.check_crcs)
     bad = record_set.corrupt
     for batch in record_set.batches:
         if bad and batch.next_offset in bad:
@@ -120,7 +125,10 @@ def chunk_from(
         epochs.add(batch_epochs(data, next_offset))
         epochs.prune(pti.consumed_offset)
         return ChunkOutcome(
-            FetchedDataChunk(batches, pti, fetch_offset, truncations=truncations), next_offset
+            FetchedDataChunk(
+                batches, pti, fetch_offset, truncations=truncations, size=len(data)
+            ),
+            next_offset,
         )
     if isinstance(corrupt, UnsupportedCodecError):
         log.error("%s; not delivered, %s stops at offset %s", corrupt, pti.tp, fetch_offset)

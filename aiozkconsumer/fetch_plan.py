@@ -35,8 +35,10 @@ class FetchPlan:
     Attributes:
         fetch: the partitions to fetch, in request order.
         reset: partitions without a valid fetch offset (``auto.offset.reset`` first).
-        slots: ``{id(queue): (queue, slots)}``: the free slots of each stream queue the
-            request may fill; they stay reserved while it is in flight.
+        slots: ``{id(queue): (queue, slots)}``: the slots of each stream queue the request
+            may fill (its free slots, at most one per partition of the request on it: a
+            response brings one chunk per partition); they stay reserved while it is in
+            flight.
         max_bytes: the request's ``max_bytes``: ``fetch.max.bytes``, capped at the reserved
             slots times the fetch size.
         blocked: the queues of partitions left out for want of room.
@@ -63,7 +65,11 @@ def plan_fetch(
     waiting, minus the chunks queued, waiting and in flight). The response is capped at the
     free slots of the queues involved times their partitions' fetch size, so the bytes in
     flight never exceed the room left for them, however many partitions share a stream; the
-    per-partition ``maxBytes`` stays ``fetch.message.max.bytes``.
+    per-partition ``maxBytes`` stays ``fetch.message.max.bytes``. A request reserves no more
+    slots of a queue than it has partitions on it (one chunk each): the fetch loops of other
+    brokers whose partitions share the stream keep the rest. Reserving every free slot let
+    one broker's loop, long-polling an idle partition, hold a shared queue's whole room and
+    starve another broker's partitions of that stream.
 
     Args:
         partitions: the loop's partitions, in the order to ask for them.
@@ -81,6 +87,7 @@ def plan_fetch(
     """
     plan = FetchPlan()
     per_queue_bytes: dict[int, int] = {}
+    per_queue_count: dict[int, int] = {}
     for pti in partitions:
         if pti.paused or delivering.get(pti.tp) is pti:
             continue
@@ -98,6 +105,9 @@ def plan_fetch(
             plan.slots[key] = (pti.queue, free)
         plan.fetch.append(pti)
         per_queue_bytes[key] = max(per_queue_bytes.get(key, 0), pti.fetch_size)
+        per_queue_count[key] = per_queue_count.get(key, 0) + 1
+    for key, (queue, free) in plan.slots.items():
+        plan.slots[key] = (queue, min(free, per_queue_count[key]))
     room = sum(per_queue_bytes[k] * n for k, (_, n) in plan.slots.items())
     plan.max_bytes = max(1, min(fetch_max_bytes, room))
     return plan

@@ -10,14 +10,18 @@ record batches' headers (and checks their CRCs) with the parser ``kafka/records.
 holding a magic 0/1 batch) and puts one ``FetchedDataChunk`` per partition into the
 partition's stream queue — a bounded queue, so a slow reader applies backpressure.
 
-Memory: the fetch responses in flight count in each stream's budget. A stream's queue holds
-``queued.max.message.chunks`` chunks of at most ``fetch.message.max.bytes``, and one more chunk
-may wait for room (as the original's fetcher thread, blocked in ``chunkQueue.put``, held one);
-a fetch asks only for partitions whose stream has a free slot left once the queued, waiting and
-in-flight chunks are counted, and caps the response (``max_bytes``) at the free slots times
-the fetch size (:func:`plan_fetch`). So a reader 10x slower than the fetcher holds about
-``(queued.max.message.chunks + 2) x fetch.message.max.bytes`` per stream (the chunk it reads
-included), however many partitions feed it.
+Memory: the fetch responses in flight count in each stream's budget. By default a stream's
+queue is bounded in bytes (``queued.max.messages.kbytes``, 16 MiB): queued chunks count their
+actual bytes and a fetch in flight a whole ``fetch.message.max.bytes`` per slot it reserved.
+With ``queued.max.message.chunks`` set (the original's bound, 2 by its default) the queue holds
+that many chunks of at most ``fetch.message.max.bytes``, and one more chunk may wait for room
+(as the original's fetcher thread, blocked in ``chunkQueue.put``, held one). Either way a
+fetch asks only for partitions whose stream has a free slot left once the queued, waiting and
+in-flight data are counted, and caps the response (``max_bytes``) at the free slots times the
+fetch size (:func:`plan_fetch`). So a reader 10x slower than the fetcher holds about the
+budget plus the chunk it reads per stream, or
+``(queued.max.message.chunks + 2) x fetch.message.max.bytes`` under a chunk bound, however
+many partitions feed it.
 
 The responses come over a connection of the fetch loop's own (``kafka/fetch_connection.py``),
 parsed as they arrive: each partition's record set is received straight into a buffer of its
@@ -52,10 +56,12 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from ._repeats import Repeats
 from .cluster import EARLIEST, LATEST, KafkaClient
@@ -75,6 +81,7 @@ from .fetch_plan import FetchPlan, chunk_continues, fetcher_id_for, plan_fetch
 from .kafka.client import FetchChannel
 from .kafka.errors import PartitionError, classify_partition_error, error_name
 from .kafka.fetch_request import FetchPartition
+from .kafka.records import RecordSet, read_record_sets
 from .kafka.replicas import metadata_version, preferred_read_replicas, replica_online
 from .kafka.stable_offsets import list_offsets
 from .kafka.transactions import (
@@ -90,6 +97,16 @@ __all__ = ["ConsumerFetcher", "FetchPlan", "FetcherManager", "fetcher_id_for", "
 
 log = logging.getLogger(__name__)
 
+
+@dataclass
+class Reservation:
+    """A fetch's hold on queue slots (:meth:`FetcherManager.reserve`).
+
+    Attributes:
+        woke: set on release when a loop was waiting for room in one of the queues.
+    """
+
+    woke: bool = False
 
 
 class ConsumerFetcher:
@@ -120,6 +137,11 @@ class ConsumerFetcher:
         self._routed_changed = False
         self._recheck_at_ms = 0.0
         self._metadata_seen: Any = None
+        # In the fetch connection's I/O thread: the record sets' header pass and CRCs, so
+        # the loop gets them parsed and checked (kafka/records.py).
+        self._parse_ahead = functools.partial(
+            read_record_sets, check_crcs=manager.config.check_crcs
+        )
 
     def add_partitions(self, ptis: Iterable[PartitionTopicInfo]) -> None:
         """Start fetching these partitions (this fetcher's broker is their leader, or their
@@ -272,6 +294,7 @@ class ConsumerFetcher:
     async def run(self) -> None:
         """Fetch until cancelled."""
         channel = self.manager.kafka.fetch_channel(self.node_id)
+        channel.connection.io_thread = self.manager.config.fetch_io_thread_enable
         try:
             await self._run(channel)
         finally:
@@ -320,7 +343,7 @@ class ConsumerFetcher:
                     )
                 )
                 offsets[tp] = pti.fetched_offset
-            with manager.reserve(plan.slots.values()):
+            with manager.reserve(plan.slots.values()) as reservation:
                 started = time.monotonic()
                 try:
                     response = await channel.fetch_partitions(
@@ -330,6 +353,7 @@ class ConsumerFetcher:
                         max_bytes=plan.max_bytes,
                         isolation_level=manager.isolation_level,
                         rack_id=manager.rack_id,
+                        after=self._parse_ahead,
                     )
                 except AuthenticationError as e:
                     # Credentials or TLS refused on the loop's own connection: a leader refresh
@@ -365,6 +389,10 @@ class ConsumerFetcher:
                         float(getattr(response, "throttle_time_ms", 0) or 0),
                     )
                 fetched = await self._process_response(response, offsets)
+            if reservation.woke:
+                # Another broker's loop waits for room this fetch held: let it plan before
+                # this loop reserves again, or an idle long poll here could starve it.
+                await anyio.lowlevel.checkpoint()
             # The partitions that got data go to the back: when the response is capped, the
             # ones left out come first next time.
             for tp in fetched:
@@ -389,6 +417,7 @@ class ConsumerFetcher:
         manager = self.manager
         leaders, replicas = manager.leaders, manager.read_replicas
         preferred = preferred_read_replicas(response)
+        record_sets = getattr(response, "record_sets", None)  # aiokafka's responses: none
         for topic, parts in response.topics:
             for partition, error_code, highwater, *part_data in parts:
                 tp = TopicPartition(topic, partition)
@@ -406,7 +435,8 @@ class ConsumerFetcher:
                 if err is PartitionError.NONE:
                     stable, aborted = stable_and_aborted(part_data)
                     self.manager.record_highwater(tp, highwater, stable)
-                    if await self._enqueue(pti, fetch_offset, part_data[-1], aborted):
+                    parsed = record_sets.get(tp) if record_sets else None
+                    if await self._enqueue(pti, fetch_offset, part_data[-1], aborted, parsed):
                         fetched.append(tp)
                     replica = preferred.get(tp) if preferred else None
                     if replica is not None and replica >= 0:
@@ -466,6 +496,7 @@ class ConsumerFetcher:
         fetch_offset: int,
         data: Any,
         aborted: list[tuple[int, int]] | None = None,
+        record_set: RecordSet | None = None,
     ) -> bool:
         """Hand a partition's record set to its stream's queue as a chunk
         (:func:`~aiozkconsumer.fetch_chunk.chunk_from` makes it: corrupt batches, aborted
@@ -488,6 +519,7 @@ class ConsumerFetcher:
             config=manager.config,
             read_committed=manager.read_committed,
             metrics=manager.metrics,
+            record_set=record_set,
         )
         if outcome.chunk is None:
             return False
@@ -503,17 +535,21 @@ class ConsumerFetcher:
         except asyncio.QueueFull:
             self._delivering[pti.tp] = pti
             self.manager.waiting_chunk(pti.queue, +1)
-            self.manager.spawn(self._deliver, chunk, next_offset)
+            # Registered now, not when the task starts: a release (repositioned) before then
+            # cancels it all the same.
+            scope = self._delivery_scopes[pti.tp] = anyio.CancelScope()
+            self.manager.spawn(self._deliver, chunk, next_offset, scope)
             return
         if chunk_continues(pti, chunk):
             pti.fetched_offset = next_offset
 
-    async def _deliver(self, chunk: FetchedDataChunk, next_offset: int) -> None:
+    async def _deliver(
+        self, chunk: FetchedDataChunk, next_offset: int, scope: anyio.CancelScope
+    ) -> None:
         """Wait for room in a full queue, then let the partition be fetched again."""
         pti = chunk.topic_info
         try:
-            with anyio.CancelScope() as scope:
-                self._delivery_scopes[pti.tp] = scope
+            with scope:
                 await pti.queue.put(chunk)
                 if chunk_continues(pti, chunk):
                     pti.fetched_offset = next_offset
@@ -792,17 +828,20 @@ class FetcherManager:
         return queue.free_slots()
 
     @contextlib.contextmanager
-    def reserve(self, slots: Iterable[tuple[ChunkQueue, int]]) -> Any:
+    def reserve(self, slots: Iterable[tuple[ChunkQueue, int]]) -> Iterator[Reservation]:
         """Hold queue slots for a fetch in flight (released when its chunks are handed over,
-        or the fetch failed or was cancelled)."""
+        or the fetch failed or was cancelled; the release wakes the loops waiting for room
+        in those queues, and :attr:`Reservation.woke` tells whether there were any)."""
         held = list(slots)
+        reservation = Reservation()
         for queue, n in held:
             queue.reserved += n
         try:
-            yield
+            yield reservation
         finally:
             for queue, n in held:
-                queue.reserved = max(0, queue.reserved - n)
+                if queue.release(n):
+                    reservation.woke = True
 
     @staticmethod
     def waiting_chunk(queue: ChunkQueue, delta: int) -> None:

@@ -83,12 +83,25 @@ class OwnershipState:
     """The partitions one member owns, their offsets, its gate and its stream queues.
 
     Args:
-        queue_size: ``queued.max.message.chunks``, the bound of each stream queue.
+        queue_size: ``queued.max.message.chunks``, the chunk bound of each stream queue (0:
+            none).
         gate: the ownership gate; a new open one by default.
+        queue_bytes: each stream queue's byte budget (``queued.max.messages.kbytes`` x 1024;
+            ``None``: none).
+        slot_bytes: ``fetch.message.max.bytes``, the most one chunk holds.
     """
 
-    def __init__(self, queue_size: int, gate: OwnershipGate | None = None) -> None:
+    def __init__(
+        self,
+        queue_size: int,
+        gate: OwnershipGate | None = None,
+        *,
+        queue_bytes: int | None = None,
+        slot_bytes: int = 1,
+    ) -> None:
         self.queue_size = queue_size
+        self.queue_bytes = queue_bytes
+        self.slot_bytes = slot_bytes
         self.gate = gate if gate is not None else OwnershipGate()
         self._registry: dict[TopicPartition, PartitionTopicInfo] = {}
         self._committed: dict[TopicPartition, int] = {}
@@ -186,8 +199,11 @@ class OwnershipState:
     # -- stream queues -------------------------------------------------------------------
 
     def new_queue(self) -> ChunkQueue:
-        """A bounded chunk queue of ``queue_size`` (not yet attached to a stream key)."""
-        return ChunkQueue(maxsize=self.queue_size)
+        """A chunk queue bounded by ``queue_size`` chunks and ``queue_bytes`` (not yet
+        attached to a stream key)."""
+        return ChunkQueue(
+            maxsize=self.queue_size, max_bytes=self.queue_bytes, slot_bytes=self.slot_bytes
+        )
 
     def add_queue(self, topic: str, thread_id: ConsumerThreadId, queue: ChunkQueue) -> None:
         """Attach the queue of a static subscription's ``(topic, thread id)``."""

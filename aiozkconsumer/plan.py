@@ -13,6 +13,10 @@ returns the connections to close and the caller closes them).
   tokens, or the claims to undo when a bump failed (no owner node may stay orphaned).
 - :func:`registrations_still_valid`: whether the members' registrations read with the
   previous view are still those of the same nodes (so only new members' are read again).
+- :func:`claim_transaction`, :func:`fence_transaction`, :func:`delete_transaction`: the
+  ZooKeeper transactions (one ``multi`` each) that claim owner nodes and bump their fencing
+  tokens together, bump tokens alone, and delete owner nodes; :func:`fencing_tokens` reads the
+  tokens out of an applied one.
 """
 
 from __future__ import annotations
@@ -23,14 +27,20 @@ from typing import Generic, TypeVar
 
 from .assignors import Assignment, AssignmentContext, get_assignor
 from .records import TopicPartition
-from .subscription import TopicCount
+from .subscription import ConsumerThreadId, TopicCount
+from .zk import layout
+from .zk.ops import Create, Delete, MultiResult, Op, SetData
 
 __all__ = [
     "ClaimOutcome",
     "FencingOutcome",
     "Moves",
+    "claim_transaction",
     "decide_claims",
     "decide_fencing",
+    "delete_transaction",
+    "fence_transaction",
+    "fencing_tokens",
     "plan_assignment",
     "plan_moves",
     "registrations_still_valid",
@@ -220,10 +230,10 @@ def registrations_still_valid(
 
     Args:
         previous: the members listed by the previous view.
-        previous_version: the child version read *before* that list (so that every change
-            after it is counted).
+        previous_version: the child version read with that list in one snapshot
+            (``getChildren2``), or before it (so that every change after it is counted).
         current: the members listed now.
-        current_version: the child version read *after* this list (likewise).
+        current_version: the child version read with this list, or after it (likewise).
 
     Returns:
         ``True`` when the previous data may be used for the members in both lists; ``False``
@@ -231,3 +241,86 @@ def registrations_still_valid(
     """
     joined_or_left = len(set(previous) ^ set(current))
     return current_version - previous_version == joined_or_left
+
+
+def claim_transaction(
+    group: str,
+    claims: Mapping[TopicPartition, ConsumerThreadId],
+    held: Mapping[TopicPartition, ConsumerThreadId] | None = None,
+) -> list[Op]:
+    """The transaction that claims ``claims`` and moves their fencing tokens on, all or none.
+
+    An ephemeral owner node per partition with the thread id (the original's
+    ``reflectPartitionOwnershipDecision``, byte for byte), then a write of each partition's
+    fencing node (its version is the token; the data the thread id, as ``bump``). Applied,
+    every claim holds and no former owner can commit any more; failed (an owner node another
+    member still holds, a missing ``owners/<topic>`` or fencing node), nothing happened.
+
+    Args:
+        group: ``group.id``.
+        claims: ``{partition: the thread id that will consume it}``.
+        held: partitions whose owner node this attempt holds already (claimed one by one
+            before a wait) and whose fencing tokens it has not moved on yet: their fencing
+            nodes are written in the same transaction.
+
+    Returns:
+        The operations: the creates in partition order, then the fencing writes of
+        ``claims`` and ``held`` in partition order.
+    """
+    items = sorted(claims.items())
+    creates: list[Op] = [
+        Create(
+            layout.owner_path(group, tp.topic, tp.partition),
+            layout.encode_owner(str(tid)),
+            ephemeral=True,
+        )
+        for tp, tid in items
+    ]
+    return creates + fence_transaction(group, {**(held or {}), **claims})
+
+
+def fence_transaction(group: str, claimed: Mapping[TopicPartition, ConsumerThreadId]) -> list[Op]:
+    """The transaction that moves the fencing tokens of ``claimed`` on: a write of each
+    partition's existing fencing node (any version), in partition order. Fails whole on a
+    missing fencing node (a partition never claimed before: ``bump`` creates it)."""
+    return [
+        SetData(layout.fencing_path(group, tp.topic, tp.partition), layout.encode_owner(str(tid)))
+        for tp, tid in sorted(claimed.items())
+    ]
+
+
+def fencing_tokens(
+    group: str, partitions: Iterable[TopicPartition], result: MultiResult
+) -> dict[TopicPartition, int]:
+    """The new fencing token of each of ``partitions`` that an applied transaction wrote.
+
+    Args:
+        group: ``group.id``.
+        partitions: the partitions whose fencing nodes the transaction wrote.
+        result: the applied transaction (:func:`claim_transaction` or
+            :func:`fence_transaction`).
+
+    Returns:
+        ``{partition: token}``; empty when the transaction was not applied.
+    """
+    if not result.applied:
+        return {}
+    written = {
+        op.path: version
+        for op, version in zip(result.ops, result.versions, strict=True)
+        if isinstance(op, SetData) and version is not None
+    }
+    tokens: dict[TopicPartition, int] = {}
+    for tp in partitions:
+        version = written.get(layout.fencing_path(group, tp.topic, tp.partition))
+        if version is not None:
+            tokens[tp] = version
+    return tokens
+
+
+def delete_transaction(group: str, partitions: Iterable[TopicPartition]) -> list[Op]:
+    """The transaction that deletes the owner nodes of ``partitions`` (any version), in
+    partition order. Fails whole when one is gone already (then each is deleted alone)."""
+    return [
+        Delete(layout.owner_path(group, tp.topic, tp.partition)) for tp in sorted(set(partitions))
+    ]

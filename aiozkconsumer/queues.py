@@ -70,28 +70,78 @@ class PollingReader(Protocol):
 
 
 class ChunkQueue(asyncio.Queue[FetchedDataChunk | _ShutdownCommand]):
-    """A bounded queue of fetched chunks (``queued.max.message.chunks``) with room accounting.
+    """A queue of fetched chunks bounded in chunks (``queued.max.message.chunks``), in bytes
+    (``queued.max.messages.kbytes``) or both, with room accounting.
+
+    A slot is room for one fetched chunk of up to ``slot_bytes`` (``fetch.message.max.bytes``):
+    a fetch reserves slots and its response is capped at them. Under a byte budget a queued
+    chunk counts its actual bytes, so partitions with little data each do not use a whole
+    slot, and ``put`` never waits (the fetch plan keeps the bytes within the budget).
 
     Args:
-        maxsize: the capacity in chunks (0: unbounded).
+        maxsize: the capacity in chunks (0: no chunk bound).
+        max_bytes: the budget in bytes of fetched data queued and in flight (``None``: no
+            byte bound).
+        slot_bytes: the most bytes one chunk may hold, > 0 (only read with ``max_bytes``).
 
     Attributes:
         reserved: slots held by fetches in flight (their chunks will come).
         waiting: chunks waiting in ``put`` for room.
+        queued_bytes: bytes of record data in the queued chunks.
         reader: the stream that reads this queue (set by the stream), ``None`` before.
     """
 
-    def __init__(self, maxsize: int = 0) -> None:
+    def __init__(
+        self, maxsize: int = 0, *, max_bytes: int | None = None, slot_bytes: int = 1
+    ) -> None:
         super().__init__(maxsize)
+        self.max_bytes = max_bytes
+        self.slot_bytes = max(1, slot_bytes)
         self.reserved = 0
         self.waiting = 0
+        self.queued_bytes = 0
         self._room_listeners: set[RoomListener] = set()
         self.reader: PollingReader | None = None
 
     def free_slots(self) -> int:
-        """Chunks a fetch may still bring: the capacity plus one waiting for room, less the
-        chunks queued, waiting and reserved (may be negative while over-committed)."""
-        return self.maxsize + 1 - self.qsize() - self.waiting - self.reserved
+        """Chunks a fetch may still bring (may be negative while over-committed).
+
+        Under a chunk bound: the capacity plus one waiting for room, less the chunks queued,
+        waiting and reserved. Under a byte budget: the budget less the bytes queued and a
+        whole slot per chunk waiting or reserved, in whole slots; at least one while nothing
+        is queued, waiting or reserved, so a budget below one slot still makes progress.
+        Under both, the smaller.
+        """
+        free = self.maxsize + 1 - self.qsize() - self.waiting - self.reserved
+        if self.max_bytes is not None:
+            if not self.maxsize:
+                free = 1 << 30  # no chunk bound: the bytes alone
+            slot = self.slot_bytes
+            used = self.queued_bytes + (self.waiting + self.reserved) * slot
+            by_bytes = (self.max_bytes - used) // slot
+            if used == 0 and self.empty():
+                by_bytes = max(by_bytes, 1)
+            free = min(free, by_bytes)
+        return free
+
+    def put_nowait(self, item: FetchedDataChunk | _ShutdownCommand) -> None:
+        """As ``asyncio.Queue.put_nowait`` (``put`` calls it too), counting the chunk's bytes.
+
+        Raises:
+            asyncio.QueueFull: the queue holds ``maxsize`` chunks.
+        """
+        super().put_nowait(item)
+        if isinstance(item, FetchedDataChunk):
+            self.queued_bytes += item.size
+
+    def release(self, slots: int) -> bool:
+        """Give back ``slots`` a fetch reserved (its chunks came, or it failed or was
+        cancelled), telling the room listeners: another fetch loop may be waiting for room a
+        reservation held. Returns whether anyone was told."""
+        self.reserved = max(0, self.reserved - slots)
+        for listener in tuple(self._room_listeners):
+            listener.set()
+        return bool(self._room_listeners)
 
     def get_nowait(self) -> FetchedDataChunk | _ShutdownCommand:
         """As ``asyncio.Queue.get_nowait`` (``get`` calls it too), telling the room listeners.
@@ -100,6 +150,8 @@ class ChunkQueue(asyncio.Queue[FetchedDataChunk | _ShutdownCommand]):
             asyncio.QueueEmpty: the queue is empty.
         """
         item = super().get_nowait()
+        if isinstance(item, FetchedDataChunk):
+            self.queued_bytes = max(0, self.queued_bytes - item.size)
         for listener in tuple(self._room_listeners):
             listener.set()
         return item
@@ -119,8 +171,9 @@ class ChunkQueue(asyncio.Queue[FetchedDataChunk | _ShutdownCommand]):
         return len(self._room_listeners)
 
     def __repr__(self) -> str:
+        budget = "" if self.max_bytes is None else f" bytes={self.queued_bytes}/{self.max_bytes}"
         return (
-            f"<ChunkQueue {self.qsize()}/{self.maxsize} waiting={self.waiting} "
+            f"<ChunkQueue {self.qsize()}/{self.maxsize or '-'}{budget} waiting={self.waiting} "
             f"reserved={self.reserved}>"
         )
 

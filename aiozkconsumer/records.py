@@ -272,6 +272,8 @@ class FetchedDataChunk:
         truncations: the partition's ``truncations`` when the chunk was fetched; a chunk
             of records fetched before a log truncation, a seek or a pause moved the position
             is dropped.
+        size: the bytes of fetched record data the chunk holds (what it counts against its
+            queue's ``queued.max.messages.kbytes``); 0 for an error.
     """
 
     batches: Sequence[Any]
@@ -280,6 +282,7 @@ class FetchedDataChunk:
     too_large: bool = False
     error: Exception | None = None
     truncations: int = 0
+    size: int = 0
 
 
 HISTORY_LIMIT = 100

@@ -275,7 +275,8 @@ class ChildResult:
         returncode: its exit code (negative: killed by that signal).
         wall_s: wall-clock seconds from spawn to exit.
         user_s, sys_s: its CPU seconds (``wait4``).
-        maxrss_mb: its peak resident set size, MiB (``ru_maxrss``).
+        maxrss_mb: its peak resident set size, MiB (``VmHWM`` followed while it runs;
+            ``ru_maxrss`` where there is no ``/proc``).
         report: the JSON object on its last stdout line (``{}`` if none).
         stderr_tail: the end of its stderr.
         timed_out: it was killed for running past the time limit.
@@ -302,6 +303,57 @@ class ChildResult:
         return self.returncode == 0 and not self.timed_out and bool(self.report)
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
+
+
+def proc_rss_mib(pid: int, key: str = "VmRSS") -> float:
+    """Resident set size of process ``pid``, MiB: now (``VmRSS``), or its peak since its
+    ``exec`` (``VmHWM``). Not ``wait4``'s ``ru_maxrss``: Linux carries the parent's peak
+    over a (v)fork and exec into it, so a child's figure never falls below its parent's."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:  # gone (or no /proc)
+        return float("nan")
+    for line in text.splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class _PeakRss:
+    """Follows a child's ``VmHWM`` (its peak RSS since its ``exec``) every ``every_s`` until
+    :meth:`stop`; ``mib`` is the last reading (NaN if none: no ``/proc``). ``wait4``'s
+    ``ru_maxrss`` cannot serve: Linux carries the parent's peak into a child it forks and
+    execs, so the child's figure never falls below the benchmark runner's own."""
+
+    def __init__(self, pid: int, every_s: float = 0.05) -> None:
+        self.mib = float("nan")
+        self._pid = pid
+        self._every_s = every_s
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        while True:
+            now = proc_rss_mib(self._pid, "VmHWM")
+            if now == now:  # not NaN: a zombie has no VmHWM line; keep the last reading
+                self.mib = max(now, self.mib) if self.mib == self.mib else now
+            if self._done.wait(self._every_s):
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def run_child(
     cmd: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None
 ) -> ChildResult:
@@ -320,10 +372,12 @@ def run_child(
 
         timer = threading.Timer(timeout_s, kill)
         timer.start()
+        peak = _PeakRss(proc.pid)
         try:
             _, status, usage = os.wait4(proc.pid, 0)
         finally:
             timer.cancel()
+            peak.stop()
         wall = time.monotonic() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -342,7 +396,7 @@ def run_child(
         wall_s=wall,
         user_s=usage.ru_utime,
         sys_s=usage.ru_stime,
-        maxrss_mb=usage.ru_maxrss / 1024,
+        maxrss_mb=peak.mib if peak.mib == peak.mib else usage.ru_maxrss / 1024,
         report=report,
         stderr_tail=stderr[-3000:],
         stdout=stdout,

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from _rebalance_settings import JAVA_MODES
 from _rebalance_tracker import Tracker, out
 
 # -- the producer ----------------------------------------------------------------------------
@@ -84,6 +85,8 @@ async def azk_member(
     from aiozkconsumer import ConsumerConfig, create_connector
 
     member_id = f"s{slot}-{uuid.uuid4().hex[:6]}"
+    # Static membership (KIP-345): the slot's instance id survives its restarts.
+    static = instance_id(args, slot) if args.static else None
     if args.mode in ("azk-kafka", "azk-kafka-coop"):
         config = ConsumerConfig(
             group_id=args.group,
@@ -96,6 +99,7 @@ async def azk_member(
             auto_offset_reset="largest",
             session_timeout_ms=args.kafka_session_ms,
             heartbeat_interval_ms=args.kafka_heartbeat_ms,
+            group_instance_id=static,
         )
     elif args.mode == "azk-consumer":
         # Session and heartbeat interval are the broker's (group.consumer.*).
@@ -107,6 +111,7 @@ async def azk_member(
             bootstrap_servers=args.bootstrap_server,
             consumer_id=member_id,
             auto_offset_reset="largest",
+            group_instance_id=static,
         )
     else:
         # Kafka 4.3 (KRaft) has no /brokers in ZooKeeper: metadata from the brokers.
@@ -177,9 +182,22 @@ async def azk_member(
                 reported = len(recs)
                 await connector.wait_for_state_change()
 
+        async def generations() -> None:
+            # The Kafka group's generation (consumer protocol: the member epoch) as this
+            # member sees it: the rolling restart counts the ones the other members saw.
+            seen: int | None = None
+            while True:
+                generation = connector.statistics().group_generation
+                if generation is not None and generation != seen:
+                    seen = generation
+                    out("generation", slot=slot, generation=generation)
+                await anyio.sleep(0.05)
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(consume)
             tg.start_soon(history)
+            if args.mode != "azk" and args.mode != "original":
+                tg.start_soon(generations)
             await stop.wait()
             tg.cancel_scope.cancel()
         owned = [tp.partition for tp in connector.statistics().owned_partitions]
@@ -240,11 +258,19 @@ async def aiokafka_member(
     tracker.released(owned)
 
 
+def instance_id(args: argparse.Namespace, slot: int) -> str:
+    """The ``group.instance.id`` of a static member slot (the same across its restarts)."""
+    return f"{args.group}-s{slot}"
+
+
 async def java_member(
     args: argparse.Namespace, slot: int, tracker: Tracker, stop: asyncio.Event
 ) -> None:
-    """A Java ``KafkaConsumer`` (kafka-clients 4.3.1, ``group.protocol=consumer``) in a JVM of
-    its own; its events are timed when this process reads its output lines.
+    """A Java ``KafkaConsumer`` in a JVM of its own; its events are timed when this process
+    reads its output lines. ``java-consumer``: ``group.protocol=consumer`` (kafka-clients
+    4.3.1 only); ``java-kafka-coop`` / ``java-kafka``: the classic protocol with
+    ``cooperative-sticky`` / ``range``, session and heartbeat as the azk-kafka modes
+    (kafka-clients 4.3.1 with ``--kafka 4.3``, 3.9.1 otherwise).
 
     The join is timed from the moment the consumer was built and subscribed (the ``STARTED``
     line), not from the command: the JVM's start-up is reported apart (``jvm_started``).
@@ -253,10 +279,16 @@ async def java_member(
 
     owned: set[int] = set()
 
+    generation = -1
+
     def on_event(ev: Any) -> None:
+        nonlocal generation
         if not isinstance(ev, JavaAssignment):
             tracker.record(ev.partition, ev.received_at)
             return
+        if ev.generation >= 0 and ev.generation != generation:
+            generation = ev.generation
+            out("generation", slot=slot, generation=generation, t=ev.received_at)
         parts = {tp.partition for tp in ev.changed if tp.topic == args.topic}
         if ev.change == "assigned":
             owned.update(parts)
@@ -271,16 +303,30 @@ async def java_member(
             owned.difference_update(parts)
             tracker.released(parts)
 
+    extra = {"auto.offset.reset": "latest"}
+    if args.static:
+        extra["group.instance.id"] = instance_id(args, slot)
+    if args.mode == "java-consumer":
+        protocol: dict[str, Any] = {
+            "group_protocol": "consumer",
+            "assignor": args.remote_assignor or "uniform",
+        }
+    else:
+        protocol = {
+            "group_protocol": "classic",
+            "assignor": "cooperative-sticky" if args.mode == "java-kafka-coop" else "range",
+            "session_timeout_ms": args.kafka_session_ms,
+        }
+        extra["heartbeat.interval.ms"] = str(args.kafka_heartbeat_ms)
     t_spawn = time.time()
     member = JavaConsumerMember(
         args.bootstrap_server,
         args.group,
         [args.topic],
-        flavour="kraft",
-        group_protocol="consumer",
-        assignor=args.remote_assignor or "uniform",
+        flavour="kraft" if args.kafka == "4.3" else "zookeeper",
         commit="auto",
-        extra_properties={"auto.offset.reset": "latest"},
+        extra_properties=extra,
+        **protocol,
         client_id=f"s{slot}-{uuid.uuid4().hex[:6]}",
         on_event=on_event,
         keep_records=False,
@@ -364,8 +410,8 @@ async def member_main(args: argparse.Namespace) -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     run = {
         "aiokafka": aiokafka_member,
-        "java-consumer": java_member,
         "confluent-consumer": confluent_member,
+        **dict.fromkeys(JAVA_MODES, java_member),
     }.get(args.mode, azk_member)
     tasks: dict[int, tuple[asyncio.Task[None], asyncio.Event]] = {}
     stopping: list[asyncio.Task[None]] = []
@@ -387,7 +433,7 @@ async def member_main(args: argparse.Namespace) -> None:
         if cmd == "start":
             slot = int(arg)
             # A Java member says "starting" once its JVM is up and it subscribed.
-            out("spawning" if args.mode == "java-consumer" else "starting", slot=slot)
+            out("spawning" if args.mode in JAVA_MODES else "starting", slot=slot)
             stop = asyncio.Event()
             tasks[slot] = (asyncio.create_task(life(slot, stop)), stop)
         elif cmd == "stop":

@@ -41,12 +41,110 @@ def by_kind(events: list[dict[str, Any]], kind: str) -> list[str]:
     ]
 
 
+def label(c: dict[str, Any]) -> str:
+    """A row's mode, ``static`` added for static members."""
+    return f"{c['mode']} static" if c.get("membership") == "static" else str(c["mode"])
+
+
+def restart_markdown(data: dict[str, Any]) -> str:
+    """The rolling restart's tables (``--scenario rolling-restart``)."""
+    s = data["settings"]
+    rows = []
+    for c in data["configs"]:
+        r = c["restart"]
+        rows.append(
+            [
+                c["mode"],
+                c.get("membership", "dynamic"),
+                f"{c['members']} x {c['partitions']}",
+                fmt(c.get("session_ms")),
+                f"{r['settled']}/{r['restarts']}",
+                f"{r['generations_total']} ({r['generations_max']})",
+                (
+                    "-"
+                    if c["mode"].startswith("java")
+                    else f"{r['other_rebalances_total']} ({r['other_rebalances_max']})"
+                ),
+                f"{r['moved_total']} ({r['moved_max']})",
+                f"{ms(r['unmoved_gap_p50_s'])} / {ms(r['unmoved_gap_max_s'])}",
+                ms(c["baseline_gap_max_s"]),
+                f"{ms(r['own_gap_p50_s'])} / {ms(r['own_gap_max_s'])}",
+                f"{ms(r['p50_s'])} / {ms(r['max_s'])}",
+                fmt(r["total_s"], 1),
+                len(c["double_ownership"]),
+            ]
+        )
+    lines = [
+        "# Rolling restart",
+        "",
+        f"Each of the members in turn ({s.get('rounds', 1)} round(s)) is stopped (its "
+        "connector closed; a static member does not leave the group) and started again at "
+        "once in the same slot (static: the same `group.instance.id`), within the session "
+        "timeout; the next once the group settled: every member live, their partition sets "
+        "disjoint, balanced and covering the topic, the restarted member given its partitions "
+        "after its stop and handing out records of each (and so every other member of any "
+        "partition it acquired), then 1 s without an assignment change. A producer writes one "
+        f"record to every partition every {s['tick_ms']} ms. Generations: new group "
+        "generations (consumer protocol: member epochs) the other members saw, over all "
+        "restarts (the most in one restart); rebalances: the other members' rebalances "
+        "(their connectors' rebalance history; `-` for Java members); moved: partitions whose "
+        "owner changed (total, most in one restart); stayed gap: the longest gap between two "
+        "records of a partition that stayed with a member not restarted, per restart (p50 / "
+        "max, ms), next to the baseline gap of a quiet 3 s window; own gap: the restarted "
+        "member's partitions it got back, from its last record before the stop to its first "
+        "after (p50 / max ms); restart: stop command to settled (p50 / max ms); total: the "
+        "first stop command to the last settle (s). Double: partitions two members handed "
+        "out in overlapping intervals.",
+        "",
+        f"Broker: {data['versions'].get('broker', '-')}; session ms: the classic members' "
+        "`session.timeout.ms`, the consumer-protocol members' is the broker's; heartbeat: "
+        f"classic {s.get('kafka_heartbeat_ms', '-')} ms, consumer protocol "
+        + (
+            ", ".join(f"`{k}={v}`" for k, v in s.get("broker_properties", {}).items())
+            or "the broker's"
+        )
+        + ".",
+        "",
+        f"Command: `{data.get('command', '-')}`",
+        "",
+        f"Machine: {data['machine_before']['cpus']} CPUs; load before: "
+        f"`{data['machine_before']['uptime']}`; after: `{data['machine_after']['uptime']}`.",
+        "",
+        md_table(
+            [
+                "mode",
+                "membership",
+                "members x partitions",
+                "session ms",
+                "settled",
+                "generations",
+                "rebalances",
+                "moved",
+                "stayed gap p50 / max",
+                "baseline gap",
+                "own gap p50 / max",
+                "restart p50 / max",
+                "total s",
+                "double",
+            ],
+            rows,
+        ),
+        "",
+        "Load per configuration:",
+        "",
+    ]
+    lines += [f"- `{u}`" for u in data["uptime_per_config"]]
+    return "\n".join(lines)
+
+
 def markdown(data: dict[str, Any]) -> str:
     """The result tables."""
     s = data["settings"]
+    if s.get("scenario") == "rolling-restart":
+        return restart_markdown(data)
     rows = [
         [
-            c["mode"],
+            label(c),
             f"{c['members']} x {c['partitions']}",
             fmt(c.get("heartbeat_ms")),
             f"{c['settled']}/{c['events']}",
@@ -160,7 +258,7 @@ def markdown(data: dict[str, Any]) -> str:
                 "leave unmoved gap p50 / max",
             ],
             [
-                [c["mode"], f"{c['members']} x {c['partitions']}"]
+                [label(c), f"{c['members']} x {c['partitions']}"]
                 + by_kind(c["event_details"], "join")
                 + by_kind(c["event_details"], "leave")
                 for c in data["configs"]

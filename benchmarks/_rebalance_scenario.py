@@ -1,8 +1,9 @@
 """The rebalance benchmark's scenario: one configuration (mode, members, partitions) run
 against the cluster. A topic, the producer and the member processes are started, the group
-settles, then members leave and join again in turn while every event is timed and checked
-(:func:`run_config`); the member processes are driven through their stdin and heard through
-their stdout (:func:`pump`, :func:`send`).
+settles (:func:`running_group`), then members leave and join again in turn while every event
+is timed and checked (:func:`run_config`), or each member in turn is restarted
+(:func:`run_rolling_restart`); the member processes are driven through their stdin and heard
+through their stdout (:func:`pump`, :func:`send`).
 """
 
 from __future__ import annotations
@@ -15,18 +16,22 @@ import random
 import signal
 import time
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from _common import ClusterInfo, say, this_python, uptime
 from _rebalance_settings import ZK_MODES, event_jitter_ms, kafka_timeouts
-from _rebalance_stats import summarize
+from _rebalance_stats import restart_stats, summarize
 from _rebalance_view import (
     Run,
     SlotState,
+    generations_seen,
     handle,
     member_rebalances,
     owner_snapshot,
+    restart_settled_at,
     settled_at,
 )
 
@@ -102,10 +107,41 @@ async def check_owner_nodes(run: Run, zk: Any) -> list[str]:
     return problems
 
 
-async def run_config(
-    info: ClusterInfo, mode: str, members: int, partitions: int, args: argparse.Namespace
-) -> dict[str, Any]:
-    """Run one (mode, members, partitions) configuration and return its measurements."""
+@dataclass
+class Group:
+    """A configuration's running group: the member processes, the producer, the ZooKeeper
+    watch of the ZooKeeper modes, and what was measured before the first event."""
+
+    run: Run
+    producer: asyncio.subprocess.Process
+    pumps: list[asyncio.Task[None]]
+    spawned_at: float
+    load_before: str
+    zk: Any = None
+    ids_changes: list[tuple[float, int]] = field(default_factory=list)
+    watch_task: asyncio.Task[None] | None = None
+    baseline: list[float] = field(default_factory=list)
+    # The quiet window's largest gap per slot and its partitions over 1 s (slot -> figures).
+    baseline_by_slot: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+@contextlib.asynccontextmanager
+async def running_group(
+    info: ClusterInfo,
+    mode: str,
+    members: int,
+    partitions: int,
+    args: argparse.Namespace,
+    membership: str = "dynamic",
+) -> AsyncIterator[Group]:
+    """A topic, its producer and ``members`` members of ``mode`` (static members with
+    ``membership="static"``), settled, with the quiet window's gaps as the baseline; the
+    processes are stopped on the way out.
+
+    Raises:
+        RuntimeError: if the member processes are not ready within 120 s or the group does
+            not settle within three ``--settle-timeout``.
+    """
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     from aiozkconsumer.zk import layout
@@ -114,7 +150,7 @@ async def run_config(
     tag = uuid.uuid4().hex[:6]
     topic = f"rb-{mode}-{members}x{partitions}-{tag}"
     load_before = uptime()
-    run = Run(mode, members, partitions, topic, f"rbg-{tag}")
+    run = Run(mode, members, partitions, topic, f"rbg-{tag}", membership=membership)
     admin = AIOKafkaAdminClient(bootstrap_servers=info.bootstrap_servers)
     await admin.start()
     try:
@@ -161,6 +197,7 @@ async def run_config(
             *(["--remote-assignor", args.remote_assignor] if args.remote_assignor else []),
             "--java-poll-ms",
             str(args.java_poll_ms),
+            *(["--static"] if membership == "static" else []),
             *kafka_timeouts(args),
             *common,
             stdin=asyncio.subprocess.PIPE,
@@ -170,25 +207,25 @@ async def run_config(
         run.procs.append(proc)
         for s in slots:
             run.slots[s] = SlotState(proc=i)
-    pumps = [asyncio.create_task(pump(run, p)) for p in run.procs]
-    zk = None
-    ids_changes: list[tuple[float, int]] = []
-    watch_task = None
-    if mode in ZK_MODES:
-        zk = ZkClient(info.zookeeper_connect)
-        await zk.start()
-        await zk.ensure_path(layout.ids_dir(run.group))
-
-        async def watch() -> None:
-            assert zk is not None
-            async for children in zk.watch_children(layout.ids_dir(run.group)):
-                ids_changes.append((time.time(), len(children or [])))  # noqa: PERF401 - timestamps as they come
-
-        watch_task = asyncio.create_task(watch())
-    results: list[dict[str, Any]] = []
-    baseline: list[float] = []
-    run.expected_live = members
+    group = Group(
+        run,
+        producer,
+        [asyncio.create_task(pump(run, p)) for p in run.procs],
+        spawned_at,
+        load_before,
+    )
     try:
+        if mode in ZK_MODES:
+            zk = group.zk = ZkClient(info.zookeeper_connect)
+            await zk.start()
+            await zk.ensure_path(layout.ids_dir(run.group))
+
+            async def watch() -> None:
+                async for children in zk.watch_children(layout.ids_dir(run.group)):
+                    group.ids_changes.append((time.time(), len(children or [])))
+
+            group.watch_task = asyncio.create_task(watch())
+        run.expected_live = members
         ready_deadline = time.monotonic() + 120
         while sum(e["ev"] == "ready" for e in run.events) < len(run.procs):
             if time.monotonic() > ready_deadline:
@@ -207,7 +244,80 @@ async def run_config(
         await request_gaps(run)
         await asyncio.sleep(3.0)
         quiet = await request_gaps(run)
-        baseline = [g for per in quiet.values() for g in per.values()]
+        group.baseline = [g for per in quiet.values() for g in per.values()]
+        group.baseline_by_slot = {
+            slot: {
+                "max_gap_s": max(per.values(), default=0.0),
+                "over_1s": sum(1 for g in per.values() if g > 1.0),
+            }
+            for slot, per in quiet.items()
+        }
+        yield group
+    finally:
+        await stop_group(group)
+
+
+async def stop_group(group: Group) -> None:
+    """Quit the member processes, stop the producer and the watch (never raises)."""
+    run = group.run
+    for proc in run.procs:
+        with contextlib.suppress(Exception):
+            await send(proc, "quit")
+    for proc in run.procs:
+        try:
+            await asyncio.wait_for(proc.wait(), 60)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+    for t in group.pumps:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(t, 5)
+    group.producer.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(group.producer.wait(), 30)
+    except TimeoutError:
+        group.producer.kill()
+    if group.watch_task is not None:
+        group.watch_task.cancel()
+        with contextlib.suppress(BaseException):
+            await group.watch_task
+    if group.zk is not None:
+        await group.zk.close()
+
+
+async def wait_line(
+    run: Run, marker: int, slot: int, kinds: tuple[str, ...], what: str, timeout_s: float = 120
+) -> float:
+    """The time of the first line of one of ``kinds`` from ``slot`` since ``marker``.
+
+    Raises:
+        RuntimeError: if none came within ``timeout_s`` (a Java member's JVM starts first),
+            or a member reported an error meanwhile.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for e in run.events[marker:]:
+            if e["ev"] in kinds and e.get("slot") == slot:
+                return float(e["t"])
+        if time.monotonic() > deadline or run.errors:
+            raise RuntimeError(f"{run.mode}: slot {slot} never began to {what}: {run.errors}")
+        run.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.changed.wait(), 1)
+
+
+async def run_config(
+    info: ClusterInfo,
+    mode: str,
+    members: int,
+    partitions: int,
+    args: argparse.Namespace,
+    membership: str = "dynamic",
+) -> dict[str, Any]:
+    """Run one (mode, members, partitions) configuration and return its measurements."""
+    results: list[dict[str, Any]] = []
+    async with running_group(info, mode, members, partitions, args, membership) as group:
+        run, zk, ids_changes = group.run, group.zk, group.ids_changes
         rng = random.Random(members * 1000 + partitions)
         jitter_rng = random.Random(members * 1000 + partitions + 1)
         jitter_s = event_jitter_ms(mode, args) / 1000
@@ -229,18 +339,7 @@ async def run_config(
             await send(
                 run.procs[run.slots[slot].proc], f"{'stop' if kind == 'leave' else 'start'} {slot}"
             )
-            t_cmd = None
-            cmd_deadline = time.monotonic() + 120  # a Java member's JVM starts first
-            while t_cmd is None:
-                for e in run.events[marker:]:
-                    if e["ev"] in ("stopping", "starting") and e.get("slot") == slot:
-                        t_cmd = e["t"]
-                if t_cmd is None:
-                    if time.monotonic() > cmd_deadline or run.errors:
-                        raise RuntimeError(f"{mode}: slot {slot} never began to {kind}")
-                    run.changed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(run.changed.wait(), 1)
+            t_cmd = await wait_line(run, marker, slot, ("stopping", "starting"), kind)
             settled = await wait_settled(run, t_cmd, args.settle_timeout)
             gaps = await request_gaps(run)
             after = owner_snapshot(run)
@@ -275,36 +374,136 @@ async def run_config(
             if settled is None:
                 # Start over from a known state would be costly; record and carry on.
                 await asyncio.sleep(1.0)
-    finally:
-        for proc in run.procs:
-            with contextlib.suppress(Exception):
-                await send(proc, "quit")
-        for proc in run.procs:
-            try:
-                await asyncio.wait_for(proc.wait(), 60)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-        for t in pumps:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(t, 5)
-        producer.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(producer.wait(), 30)
-        except TimeoutError:
-            producer.kill()
-        if watch_task is not None:
-            watch_task.cancel()
-            with contextlib.suppress(BaseException):
-                await watch_task
-        if zk is not None:
-            await zk.close()
-    return summarize(
+    summary = summarize(
         run,
         results,
-        baseline,
+        group.baseline,
         args,
-        spawned_at=spawned_at,
-        load_before=load_before,
+        spawned_at=group.spawned_at,
+        load_before=group.load_before,
         load_after=uptime(),
     )
+    summary["membership"] = membership
+    summary["baseline_by_slot"] = group.baseline_by_slot
+    return summary
+
+
+async def run_rolling_restart(
+    info: ClusterInfo,
+    mode: str,
+    members: int,
+    partitions: int,
+    args: argparse.Namespace,
+    membership: str = "dynamic",
+) -> dict[str, Any]:
+    """A rolling restart: each member in turn (``--rounds`` times over) is stopped (its
+    connector closed: a static member does not leave the group) and started again at once
+    with the same slot (static: the same ``group.instance.id``), well within the session
+    timeout; the next one once the group settled (:func:`restart_settled_at`).
+
+    Per restart: the generations (member epochs) the other members saw and their rebalances,
+    the partitions moved, the longest gap of a partition that stayed with a member that was
+    not restarted, the restarted member's own partitions' gap (its downtime), and the time
+    from the stop command to settled. The whole restart's time runs from the first stop
+    command to the last settle.
+    """
+    results: list[dict[str, Any]] = []
+    async with running_group(info, mode, members, partitions, args, membership) as group:
+        run = group.run
+        jitter_rng = random.Random(members * 1000 + partitions + 1)
+        jitter_s = event_jitter_ms(mode, args) / 1000
+        t_first: float | None = None
+        t_last: float | None = None
+        for i, slot in enumerate(list(range(members)) * args.rounds):
+            if jitter_s:
+                await asyncio.sleep(jitter_rng.uniform(0, jitter_s))
+            before = owner_snapshot(run)
+            await request_gaps(run)  # resets the members' gap maxima: the window starts here
+            marker = len(run.events)
+            proc = run.procs[run.slots[slot].proc]
+            await send(proc, f"stop {slot}")
+            t_stop = await wait_line(run, marker, slot, ("stopping",), "stop")
+            t_first = t_first if t_first is not None else t_stop
+            t_stopped = await wait_line(run, marker, slot, ("stopped",), "stop", 60)
+            await send(proc, f"start {slot}")
+            t_start = await wait_line(run, marker, slot, ("starting",), "start")
+            settled = await wait_restart_settled(run, slot, t_stop, args.settle_timeout)
+            if settled is not None:
+                t_last = settled
+            gaps = await request_gaps(run)
+            after = owner_snapshot(run)
+            moved = [p for p in range(partitions) if before.get(p) != after.get(p)]
+            # Partitions that stayed with a member that was not restarted: their records
+            # should keep coming; the restarted member's own are down while it restarts.
+            stayed = [p for p, s in after.items() if before.get(p) == s and s != slot]
+            stayed_gaps = [gaps.get(str(after[p]), {}).get(str(p), 0.0) for p in stayed]
+            own = [p for p, s in after.items() if before.get(p) == s == slot]
+            own_gaps = [gaps.get(str(slot), {}).get(str(p), 0.0) for p in own]
+            new_generations, rebalances = generations_seen(run, marker, slot)
+            rec: dict[str, Any] = {
+                "event": i,
+                "kind": "restart",
+                "slot": slot,
+                "settled": settled is not None,
+                "latency_s": (settled - t_stop) if settled else None,
+                "stop_s": t_stopped - t_stop,
+                "down_s": t_start - t_stop,
+                "start_to_settled_s": (settled - t_start) if settled else None,
+                "generations": new_generations,
+                "other_rebalances": len(rebalances),
+                "other_rebalance_lines": rebalances,
+                "moved": len(moved),
+                "unmoved": len(stayed),
+                "unmoved_max_gap_s": max(stayed_gaps) if stayed_gaps else None,
+                "own_kept": len(own),
+                "own_max_gap_s": max(own_gaps) if own_gaps else None,
+                "rebalances": [],
+                "owner_node_problems": [],
+                "latency_from_ids_s": None,
+            }
+            results.append(rec)
+            say(
+                f"  {mode:<9} {membership:<7} {members:>2}x{partitions:<3} restart {i:>2} "
+                f"slot {slot:>2}: "
+                + (f"{rec['latency_s'] * 1000:7.0f} ms" if settled else "NOT SETTLED")
+                + f", generations {new_generations}, other rebalances {len(rebalances)}, moved "
+                f"{len(moved):>3}, unmoved max gap "
+                + (f"{rec['unmoved_max_gap_s'] * 1000:.0f} ms" if stayed_gaps else "-")
+                + ", own gap "
+                + (f"{rec['own_max_gap_s'] * 1000:.0f} ms" if own_gaps else "-")
+            )
+            if settled is None:
+                await asyncio.sleep(1.0)
+    summary = summarize(
+        run,
+        results,
+        group.baseline,
+        args,
+        spawned_at=group.spawned_at,
+        load_before=group.load_before,
+        load_after=uptime(),
+    )
+    summary["membership"] = membership
+    summary["baseline_by_slot"] = group.baseline_by_slot
+    summary["restart"] = restart_stats(
+        results, (t_last - t_first) if t_first is not None and t_last is not None else None
+    )
+    return summary
+
+
+async def wait_restart_settled(run: Run, slot: int, since: float, timeout_s: float) -> float | None:
+    """As :func:`wait_settled`, for a restart (:func:`restart_settled_at`)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        t = restart_settled_at(run, slot, since)
+        if t is not None:
+            marker = len(run.events)
+            await asyncio.sleep(1.0)
+            later = [e for e in run.events[marker:] if e["ev"] in ("assigned", "released")]
+            if not later:
+                return restart_settled_at(run, slot, since) or t
+            continue
+        run.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.changed.wait(), 0.05)
+    return None

@@ -12,7 +12,15 @@ CLASSIC_MODES = ("azk", "azk-kafka", "azk-kafka-coop", "original", "aiokafka")
 AZK_KAFKA_MODES = ("azk-kafka", "azk-kafka-coop")
 # group.protocol=consumer (KIP-848): Kafka 4.x brokers only (--kafka 4.3).
 CONSUMER_PROTOCOL_MODES = ("azk-consumer", "java-consumer", "confluent-consumer")
-MODES = CLASSIC_MODES + CONSUMER_PROTOCOL_MODES
+# The Java KafkaConsumer with the classic protocol, as azk-kafka-coop and azk-kafka (the same
+# session and heartbeat); not run by default with --kafka 3.9 (a JVM per member).
+JAVA_CLASSIC_MODES = ("java-kafka-coop", "java-kafka")
+JAVA_MODES = ("java-consumer", *JAVA_CLASSIC_MODES)
+MODES = CLASSIC_MODES + CONSUMER_PROTOCOL_MODES + JAVA_CLASSIC_MODES
+# Modes that can run as static members (group.instance.id, KIP-345).
+STATIC_MODES = ("azk-kafka", "azk-kafka-coop", "azk-consumer", *JAVA_MODES)
+SCENARIOS = ("join-leave", "rolling-restart")
+MEMBERSHIPS = ("dynamic", "static")
 ZK_MODES = ("azk", "original")  # modes whose group lives in ZooKeeper (ids, owner nodes)
 # The broker's group.consumer.* defaults (Kafka 4.3), for the table.
 BROKER_CONSUMER_SESSION_MS = 45_000
@@ -24,8 +32,16 @@ FULL = tuple((m, p) for m in (2, 8, 16) for p in (16, 128, 256))
 
 KAFKA_VERSIONS = ("3.9", "4.3")
 KAFKA_TIMEOUT_OPTIONS = (
-    ("--kafka-session-ms", 10_000, "session.timeout.ms of the azk-kafka members"),
-    ("--kafka-heartbeat-ms", 1_000, "heartbeat.interval.ms of the azk-kafka members"),
+    (
+        "--kafka-session-ms",
+        10_000,
+        "session.timeout.ms of the azk-kafka(-coop) and java-kafka(-coop) members",
+    ),
+    (
+        "--kafka-heartbeat-ms",
+        1_000,
+        "heartbeat.interval.ms of the azk-kafka(-coop) and java-kafka(-coop) members",
+    ),
     ("--aiokafka-session-ms", 10_000, "session_timeout_ms of the aiokafka members (its default)"),
     (
         "--aiokafka-heartbeat-ms",
@@ -46,7 +62,7 @@ def kafka_timeouts(args: argparse.Namespace) -> list[str]:
 def heartbeat_ms(mode: str, args: argparse.Namespace) -> int | None:
     """The heartbeat interval of a Kafka-coordinated mode (``None``: ZooKeeper modes); the
     ``consumer``-protocol modes get the broker's ``group.consumer.heartbeat.interval.ms``."""
-    if mode in AZK_KAFKA_MODES:
+    if mode in AZK_KAFKA_MODES or mode in JAVA_CLASSIC_MODES:
         return int(args.kafka_heartbeat_ms)
     if mode == "aiokafka":
         return int(args.aiokafka_heartbeat_ms)
@@ -78,7 +94,7 @@ def event_jitter_ms(mode: str, args: argparse.Namespace) -> int:
 def session_ms(mode: str, args: argparse.Namespace) -> int | None:
     """The session timeout of a Kafka-coordinated mode (``None``: ZooKeeper modes); the
     ``consumer``-protocol modes get the broker's."""
-    if mode in AZK_KAFKA_MODES:
+    if mode in AZK_KAFKA_MODES or mode in JAVA_CLASSIC_MODES:
         return int(args.kafka_session_ms)
     if mode == "aiokafka":
         return int(args.aiokafka_session_ms)
@@ -115,3 +131,24 @@ def modes_of(args: argparse.Namespace) -> list[str]:
     if args.kafka != "4.3" and set(modes) & set(CONSUMER_PROTOCOL_MODES):
         raise ValueError(f"{', '.join(CONSUMER_PROTOCOL_MODES)} need --kafka 4.3")
     return modes
+
+
+def memberships_of(args: argparse.Namespace, modes: list[str]) -> list[tuple[str, str]]:
+    """The (mode, membership) pairs to run: ``--membership``, by default ``dynamic`` for
+    join-leave and ``dynamic,static`` for the rolling restart; ``static`` only for the modes
+    that have it (:data:`STATIC_MODES`).
+
+    Raises:
+        ValueError: for an unknown membership, or ``static`` asked for and no mode has it.
+    """
+    default = "dynamic,static" if args.scenario == "rolling-restart" else "dynamic"
+    kinds = [x for x in (args.membership or default).split(",") if x]
+    unknown = set(kinds) - set(MEMBERSHIPS)
+    if unknown:
+        raise ValueError(
+            f"unknown membership: {', '.join(sorted(unknown))} (known: {', '.join(MEMBERSHIPS)})"
+        )
+    pairs = [(m, k) for m in modes for k in kinds if k == "dynamic" or m in STATIC_MODES]
+    if not pairs:
+        raise ValueError(f"static membership needs one of {', '.join(STATIC_MODES)}")
+    return pairs

@@ -152,3 +152,37 @@ def summarize(
         "errors": run.errors,
         "event_details": results,
     }
+
+
+def restart_stats(results: list[dict[str, Any]], total_s: float | None) -> dict[str, Any]:
+    """A rolling restart's figures over its restarts (``run_rolling_restart``'s records):
+    settled count; per restart the new generations the other members saw and their
+    rebalances (total and max), the partitions moved (total and max), the longest gap of a
+    partition that stayed with a member not restarted and of the restarted member's own
+    partitions (p50 / max), the latency from the stop command to settled (p50 / p99 / max);
+    and ``total_s``, the whole restart from the first stop command to the last settle."""
+    lat = [r["latency_s"] for r in results if r["latency_s"] is not None]
+    gaps = [r["unmoved_max_gap_s"] for r in results if r["unmoved_max_gap_s"] is not None]
+    own = [r["own_max_gap_s"] for r in results if r["own_max_gap_s"] is not None]
+    gens = [len(r["generations"]) for r in results]
+    rebs = [r["other_rebalances"] for r in results]
+    moved = [r["moved"] for r in results]
+    return {
+        "restarts": len(results),
+        "settled": len(lat),
+        "generations_total": sum(gens),
+        "generations_max": max(gens, default=0),
+        "other_rebalances_total": sum(rebs),
+        "other_rebalances_max": max(rebs, default=0),
+        "moved_total": sum(moved),
+        "moved_max": max(moved, default=0),
+        "unmoved_gap_p50_s": percentile(gaps, 50),
+        "unmoved_gap_max_s": max(gaps) if gaps else None,
+        "own_gap_p50_s": percentile(own, 50),
+        "own_gap_max_s": max(own) if own else None,
+        "p50_s": percentile(lat, 50),
+        "p99_s": percentile(lat, 99),
+        "max_s": max(lat) if lat else None,
+        "stop_p50_s": percentile([r["stop_s"] for r in results], 50),
+        "total_s": total_s,
+    }

@@ -1,7 +1,9 @@
 """The rebalance benchmark orchestrator's view of a group, from its members' JSON lines:
 who is live and owns what since when (:func:`handle`), when the group settled
-(:func:`settled_at`), who handed out a partition's records at the same time as another
-(:func:`overlaps`), and the member rebalances behind an event (:func:`member_rebalances`).
+(:func:`settled_at`; after a member's restart, :func:`restart_settled_at`), who handed out a
+partition's records at the same time as another (:func:`overlaps`), the member rebalances
+behind an event (:func:`member_rebalances`) and the group generations the other members saw
+(:func:`generations_seen`).
 Pure (lines in, answers out), so tested without processes.
 """
 
@@ -46,6 +48,7 @@ class Run:
     errors: list[str] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     expected_live: int = 0  # members that should be live once the group settles
+    membership: str = "dynamic"  # or "static": group.instance.id per slot (KIP-345)
 
 
 def handle(run: Run, line: dict[str, Any]) -> None:
@@ -126,6 +129,72 @@ def settled_at(run: Run, since: float) -> float | None:
     if len(seen) != run.partitions or not changed:
         return None
     return latest
+
+
+def restart_settled_at(run: Run, slot: int, since: float) -> float | None:
+    """When the group settled after ``slot`` was stopped at ``since`` and started again, or
+    ``None`` if it has not.
+
+    A static member's restart within the session timeout makes no rebalance, so no other
+    member hears of it: settled once every member is live again, their partition sets are
+    disjoint, cover the topic and are balanced, the restarted member was given its
+    partitions after ``since`` and handed out a record of each, and so did every other
+    member of each partition it acquired after ``since`` (a dynamic restart moves some).
+    """
+    live = [s for s in run.slots.values() if s.live]
+    restarted = run.slots.get(slot)
+    if restarted is None or not restarted.live or len(live) != run.expected_live:
+        return None
+    if restarted.assigned_at < since:
+        return None
+    lo, hi = run.partitions // len(live), -(-run.partitions // len(live))
+    seen: set[int] = set()
+    latest = restarted.assigned_at
+    for st in live:
+        if not lo <= len(st.owned) <= hi or seen & st.owned.keys():
+            return None
+        seen |= st.owned.keys()
+        if st.assigned_at >= since:
+            latest = max(latest, st.assigned_at)
+        for p, acquired in st.owned.items():
+            if acquired >= since:
+                first = st.firsts.get(p)
+                if first is None or first < acquired:
+                    return None
+                latest = max(latest, first)
+    if len(seen) != run.partitions:
+        return None
+    return latest
+
+
+def generations_seen(
+    run: Run, marker: int, slot: int, until: float | None = None
+) -> tuple[list[int], list[dict[str, Any]]]:
+    """The group generations (consumer protocol: member epochs) the members other than
+    ``slot`` reported since ``marker`` (up to ``until``, ``time.time()`` seconds), new ones
+    only (higher than any they reported before ``marker``), sorted; and their rebalances
+    (``rebalance`` lines: slot, time, reason, partitions kept, released, acquired) in that
+    window."""
+    before = [
+        e["generation"]
+        for e in run.events[:marker]
+        if e["ev"] == "generation" and e.get("slot") != slot
+    ]
+    floor = max(before, default=-1)
+    window = [
+        e
+        for e in run.events[marker:]
+        if e.get("slot") != slot and (until is None or e["t"] <= until)
+    ]
+    new = sorted(
+        {e["generation"] for e in window if e["ev"] == "generation" and e["generation"] > floor}
+    )
+    rebalances = [
+        {k: e.get(k) for k in ("slot", "t", "reason", "kept", "released", "acquired")}
+        for e in window
+        if e["ev"] == "rebalance"
+    ]
+    return new, rebalances
 
 
 def owner_snapshot(run: Run) -> dict[int, int]:

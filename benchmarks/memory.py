@@ -3,15 +3,18 @@
 A topic of 1 KiB records (8 partitions; the throughput benchmark's) is read by one connector
 whose streams hand records to a reader throttled to a tenth of the rate an unthrottled reader
 reaches (calibrated at the start of the run), so the stream queues stay full and the fetcher
-is held back by backpressure alone. For every setting of ``queued.max.message.chunks`` x
-``fetch.message.max.bytes`` x streams the child runs ``--seconds`` and reports its RSS before
-subscribing (baseline: interpreter, imports, ZooKeeper session) and its peak RSS
-(``ru_maxrss`` from ``wait4``). The growth (peak - baseline) is compared with the configured
-budget, ``queued.max.message.chunks x fetch.message.max.bytes x streams`` + 30 MiB: the fetch
-responses in flight count in it (the fetcher asks only for partitions whose stream queue has
-a free slot net of the fetches in flight), so nothing is parked outside the queues. The
-default grid is the 9 settings of issue 17: chunks 1, 2, 8 x fetch sizes 64 KiB, 1 MiB,
-4 MiB, one stream, a reader 10x slower than the fetcher.
+is held back by backpressure alone. For every queue setting (``--queues``: ``cN`` is
+``queued.max.message.chunks=N``, ``kbN`` is ``queued.max.messages.kbytes=N`` with no chunk
+bound, ``default`` the library's default, today ``kb16384``) x ``fetch.message.max.bytes`` x
+streams the child runs ``--seconds`` and reports its RSS before subscribing (baseline:
+interpreter, imports, ZooKeeper session) and its peak RSS (``VmHWM``, followed while it
+runs). The growth (peak - baseline) is compared with the configured budget + 30 MiB: per stream
+``chunks x fetch size`` under a chunk bound, ``max(kbytes, fetch size) + fetch size`` (the
+chunk being read is out of the queue) under a byte budget. The fetch responses in flight count
+in it (the fetcher asks only for partitions whose stream queue has room net of the fetches in
+flight), so nothing is parked outside the queues. The default grid: chunks 1, 2, 8 and the
+default byte budget x fetch sizes 64 KiB, 1 MiB, 4 MiB, one stream, a reader 10x slower than
+the fetcher.
 
 Usage::
 
@@ -74,8 +77,8 @@ async def child_main(args: argparse.Namespace) -> None:
         zookeeper_connect=args.zookeeper,
         auto_offset_reset="smallest",
         auto_commit_enable=False,
-        queued_max_message_chunks=args.chunks,
         fetch_message_max_bytes=args.fetch_bytes,
+        **queue_config(args.queue),
     )
     peak = 0.0
     records = 0
@@ -126,10 +129,31 @@ async def child_main(args: argparse.Namespace) -> None:
     )
 
 
+def queue_config(queue: str) -> dict[str, int]:
+    """The ``ConsumerConfig`` keys of a ``--queues`` item (``c2``, ``kb16384``, ``default``)."""
+    if queue.startswith("c"):
+        return {"queued_max_message_chunks": int(queue[1:])}
+    if queue.startswith("kb"):
+        return {"queued_max_messages_kbytes": int(queue[2:])}
+    if queue == "default":
+        return {}
+    raise ValueError(f"unknown queue setting {queue!r} (cN, kbN or default)")
+
+
+def queue_budget_bytes(queue: str, fetch_bytes: int) -> int:
+    """One stream's memory budget under ``queue`` (see the module docstring)."""
+    from aiozkconsumer.config import DEFAULT_QUEUED_MAX_MESSAGES_KBYTES
+
+    if queue.startswith("c"):
+        return int(queue[1:]) * fetch_bytes
+    kbytes = int(queue[2:]) if queue.startswith("kb") else DEFAULT_QUEUED_MAX_MESSAGES_KBYTES
+    return max(kbytes * 1024, fetch_bytes) + fetch_bytes
+
+
 def run_setting(
     info: ClusterInfo,
     topic: str,
-    chunks: int,
+    queue: str,
     fetch_bytes: int,
     streams: int,
     rate: float,
@@ -141,8 +165,8 @@ def run_setting(
         "child",
         "--topic",
         topic,
-        "--chunks",
-        str(chunks),
+        "--queue",
+        queue,
         "--fetch-bytes",
         str(fetch_bytes),
         "--streams",
@@ -177,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command")
     c = sub.add_parser("child", help="(internal) one setting, one process")
     c.add_argument("--topic", required=True)
-    c.add_argument("--chunks", type=int, required=True)
+    c.add_argument("--queue", required=True, help="cN, kbN or default")
     c.add_argument("--fetch-bytes", type=int, required=True)
     c.add_argument("--streams", type=int, required=True)
     c.add_argument("--rate", type=float, required=True, help="records/s in all; 0 = unthrottled")
@@ -187,7 +211,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="smoke size: 4 settings, 1 round")
     parser.add_argument("--records", type=int, default=200_000, help="1 KiB records in the topic")
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--chunks", default="1,2,8", help="queued.max.message.chunks values")
+    parser.add_argument(
+        "--queues",
+        default="c1,c2,c8,default",
+        help="queue settings: cN (queued.max.message.chunks=N), kbN "
+        "(queued.max.messages.kbytes=N), default",
+    )
     parser.add_argument(
         "--fetch-kib", default="64,1024,4096", help="fetch.message.max.bytes values, KiB"
     )
@@ -203,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.quick:
         args.records //= 10
-        args.chunks, args.fetch_kib, args.streams = "1,8", "64,4096", "1"
+        args.queues, args.fetch_kib, args.streams = "c1,default", "64,4096", "1"
         args.repeats, args.seconds = 1, 4.0
     with cluster_from_args(args) as info:
         run(info, args)
@@ -212,13 +241,13 @@ def main(argv: list[str] | None = None) -> None:
 def run(info: ClusterInfo, args: argparse.Namespace) -> None:
     topic = f"bench-tp-1KiB-{args.records}-{args.partitions}"
     ensure_topic(info, topic, args.partitions, args.records, 1024)
-    cal = run_setting(info, topic, 2, MIB, 1, 0, min(args.seconds, 3.0))
+    cal = run_setting(info, topic, "c2", MIB, 1, 0, min(args.seconds, 3.0))
     full_rate = cal.get("records_per_s", 20_000.0)
     rate = full_rate / args.slowdown
     say(f"unthrottled reader: {full_rate:,.0f} records/s; throttled reader: {rate:,.0f}")
     settings = list(
         itertools.product(
-            [int(x) for x in args.chunks.split(",")],
+            [x for x in args.queues.split(",") if x],
             [int(x) * 1024 for x in args.fetch_kib.split(",")],
             [int(x) for x in args.streams.split(",")],
         )
@@ -226,26 +255,26 @@ def run(info: ClusterInfo, args: argparse.Namespace) -> None:
     before = machine()
     runs: dict[str, list[dict[str, Any]]] = {}
     for rnd in range(args.repeats):
-        for chunks, fetch_bytes, streams in (
+        for queue, fetch_bytes, streams in (
             settings[rnd % len(settings) :] + settings[: rnd % len(settings)]
         ):
-            key = f"{chunks}/{fetch_bytes}/{streams}"
-            r = run_setting(info, topic, chunks, fetch_bytes, streams, rate, args.seconds)
+            key = f"{queue}/{fetch_bytes}/{streams}"
+            r = run_setting(info, topic, queue, fetch_bytes, streams, rate, args.seconds)
             runs.setdefault(key, []).append(r)
             if r["ok"]:
                 say(
-                    f"round {rnd + 1} chunks={chunks} fetch={fetch_bytes // 1024} KiB "
+                    f"round {rnd + 1} queue={queue} fetch={fetch_bytes // 1024} KiB "
                     f"streams={streams}: peak {r['peak_rss_mib']:.0f} MiB "
                     f"(+{r['growth_mib']:.0f} over {r['baseline_mib']:.0f})"
                 )
     rows = []
-    for chunks, fetch_bytes, streams in settings:
-        good = [r for r in runs[f"{chunks}/{fetch_bytes}/{streams}"] if r["ok"]]
-        queue_budget = chunks * fetch_bytes * streams / MIB
+    for queue, fetch_bytes, streams in settings:
+        good = [r for r in runs[f"{queue}/{fetch_bytes}/{streams}"] if r["ok"]]
+        queue_budget = queue_budget_bytes(queue, fetch_bytes) * streams / MIB
         growth = median([r["growth_mib"] for r in good]) if good else None
         rows.append(
             {
-                "chunks": chunks,
+                "queue": queue,
                 "fetch_kib": fetch_bytes // 1024,
                 "streams": streams,
                 "ok_runs": len(good),
@@ -286,7 +315,7 @@ def markdown(data: dict[str, Any]) -> str:
     s = data["settings"]
     table = md_table(
         [
-            "chunks",
+            "queue",
             "fetch KiB",
             "streams",
             "peak RSS MiB",
@@ -299,7 +328,7 @@ def markdown(data: dict[str, Any]) -> str:
         ],
         [
             [
-                r["chunks"],
+                r["queue"],
                 r["fetch_kib"],
                 r["streams"],
                 fmt(r["peak_rss_mib"]),
@@ -320,9 +349,10 @@ def markdown(data: dict[str, Any]) -> str:
             f"1 KiB records, {s['partitions']} partitions; the reader is throttled to "
             f"{s['reader_rate']:,.0f} records/s, 1/{s['slowdown']:g} of an unthrottled reader "
             f"({s['unthrottled_records_per_s']:,.0f} records/s); {s['seconds']:g} s per run, "
-            f"median of {s['repeats']}. Growth = peak RSS (`ru_maxrss`) - RSS before "
-            "subscribing. Budget = chunks x fetch size x streams (the fetches in flight "
-            "count in it); limit = budget + 30 MiB.",
+            f"median of {s['repeats']}. Growth = peak RSS (`VmHWM`) - RSS before "
+            "subscribing. Budget per stream = chunks x fetch size (cN), or max(kbytes, fetch "
+            "size) + fetch size (kbN, default); the fetches in flight count in it; limit = "
+            "budget + 30 MiB.",
             "",
             f"Machine: {data['machine_before']['cpus']} CPUs; load before: "
             f"`{data['machine_before']['uptime']}`; after: `{data['uptime_end']}`.",

@@ -44,6 +44,27 @@ Modes (``--modes``):
   ``--aiokafka-session-ms`` and heartbeat ``--aiokafka-heartbeat-ms`` (aiokafka's defaults,
   10 s and 3 s).
 
+- ``java-kafka-coop`` / ``java-kafka``: the Java ``KafkaConsumer`` (kafka-clients 4.3.1 with
+  ``--kafka 4.3``, 3.9.1 otherwise; one JVM per member) with the classic protocol and
+  ``cooperative-sticky`` / ``range``, session and heartbeat as ``azk-kafka``; not run by
+  default with ``--kafka 3.9``.
+
+``--membership static`` runs the modes that have it (``azk-kafka``, ``azk-kafka-coop``,
+``azk-consumer`` and the Java modes) as static members (``group.instance.id``, KIP-345, one
+per slot, the same across the slot's restarts).
+
+``--scenario rolling-restart`` replaces the join/leave events by a rolling restart: each member
+in turn (``--rounds`` times over) is stopped (its connector closed; a static member does not
+leave the group) and at once started again in its slot, within the session timeout; the next
+once the group settled again: every member live, the partition sets disjoint, balanced and
+covering, the restarted member given its partitions after its stop and handing out a record of
+each (and every other member of any partition it acquired), then 1 s without an assignment
+change. Static members make no rebalance, so nothing here waits for one. Per restart: the new
+generations (member epochs) the other members saw and their rebalances, partitions moved, the
+longest gap of a partition that stayed with a member not restarted, the restarted member's own
+partitions' gap, stop to settled; and the whole restart's time. By default both dynamic and
+static members.
+
 Kafka-coordinated members learn of a rebalance from a heartbeat answer, so their latency
 includes up to one heartbeat interval: compare ``azk-kafka`` and ``aiokafka`` at the same
 ``--*-heartbeat-ms`` (the table has a column for it). Before each event of those modes the
@@ -53,6 +74,8 @@ pauses of the procedure would keep every event at one phase against the heartbea
 Usage::
 
     .venv/bin/python benchmarks/rebalance.py [--quick] [--grid diagonal|full]
+    .venv/bin/python benchmarks/rebalance.py --kafka 4.3 --scenario rolling-restart \
+        --configs 8x128 --modes azk-kafka,azk-kafka-coop,azk-consumer
 
 The benchmark is split by job, in modules next to this one: ``_rebalance_settings`` (modes,
 grids, timeouts), ``_rebalance_members`` and ``_rebalance_tracker`` (the producer and member
@@ -83,16 +106,19 @@ from _common import (
 )
 from _rebalance_members import member_main, producer_main
 from _rebalance_report import librdkafka_version, markdown
-from _rebalance_scenario import run_config
+from _rebalance_scenario import run_config, run_rolling_restart
 from _rebalance_settings import (
     CLASSIC_MODES,
     CONSUMER_PROTOCOL_MODES,
     KAFKA_TIMEOUT_OPTIONS,
     KAFKA_VERSIONS,
     MODES,
+    SCENARIOS,
+    STATIC_MODES,
     broker_properties,
     event_jitter_ms,
     grid_of,
+    memberships_of,
     modes_of,
 )
 
@@ -117,12 +143,30 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--kafka", choices=KAFKA_VERSIONS, default="3.9")
     m.add_argument("--remote-assignor")
     m.add_argument("--java-poll-ms", type=int, default=1000)
+    m.add_argument("--static", action="store_true", help="group.instance.id per slot")
     for opt, default, _ in KAFKA_TIMEOUT_OPTIONS:
         m.add_argument(opt, type=int, default=default)
     for sp in (p, m):
         sp.add_argument("--zookeeper", required=True)
         sp.add_argument("--bootstrap-server", required=True)
 
+    parser.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default="join-leave",
+        help="join-leave (default): alternating leave/join events; rolling-restart: each "
+        "member in turn stopped and started again within the session timeout (--rounds times "
+        "over), dynamic and static members (--membership)",
+    )
+    parser.add_argument(
+        "--membership",
+        help="comma-separated subset of dynamic, static (group.instance.id, KIP-345; modes "
+        + ", ".join(STATIC_MODES)
+        + "); default: dynamic for join-leave, dynamic,static for rolling-restart",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="rolling-restart: restarts of every member"
+    )
     parser.add_argument("--quick", action="store_true", help="smoke size: 6 events, small grid")
     parser.add_argument(
         "--grid",
@@ -216,8 +260,10 @@ def main(argv: list[str] | None = None) -> None:
         args.events = min(args.events, 6)
     try:
         modes = modes_of(args)
+        runs = memberships_of(args, modes)
     except ValueError as exc:
         parser.error(str(exc))
+    scenario = run_rolling_restart if args.scenario == "rolling-restart" else run_config
     flavour = "kraft" if args.kafka == "4.3" else "zookeeper"
     with cluster_from_args(
         args, flavour=flavour, broker_properties=broker_properties(args)
@@ -227,13 +273,25 @@ def main(argv: list[str] | None = None) -> None:
         configs = []
         loads = []
         for members, partitions in grid:
-            for mode in modes:
-                say(f"{mode}: {members} members x {partitions} partitions, {args.events} events")
-                configs.append(asyncio.run(run_config(info, mode, members, partitions, args)))
-                loads.append(f"{mode} {members}x{partitions}: {uptime()}")
+            for mode, membership in runs:
+                say(
+                    f"{mode} ({membership}): {members} members x {partitions} partitions, "
+                    + (
+                        f"{args.rounds} rolling restart(s)"
+                        if args.scenario == "rolling-restart"
+                        else f"{args.events} events"
+                    )
+                )
+                configs.append(
+                    asyncio.run(scenario(info, mode, members, partitions, args, membership))
+                )
+                label = mode if membership == "dynamic" else f"{mode} static"
+                loads.append(f"{label} {members}x{partitions}: {uptime()}")
         data = {
             "benchmark": "rebalance",
             "settings": {
+                "scenario": args.scenario,
+                "rounds": args.rounds,
                 "events": args.events,
                 "tick_ms": args.tick_ms,
                 "grid": [list(g) for g in grid],
@@ -257,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
             "versions": {
                 **versions("aiozkconsumer", "aiokafka", "aiozk", "confluent-kafka"),
                 "librdkafka": librdkafka_version(),
-                "kafka-clients (Java member)": "4.3.1" if args.kafka == "4.3" else "-",
+                "kafka-clients (Java member)": "4.3.1" if args.kafka == "4.3" else "3.9.1",
                 "broker": "4.3.1 (KRaft)" if args.kafka == "4.3" else "3.9.1 (ZooKeeper mode)",
             },
             "configs": configs,

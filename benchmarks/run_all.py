@@ -3,7 +3,9 @@
 Starts one ``LocalCluster`` (ZooKeeper + one Kafka 3.9 broker in ZooKeeper mode) unless
 ``--zookeeper``/``--bootstrap-server`` name a running one, then runs, each in processes of its
 own: ``throughput.py``, ``rebalance.py``, ``memory.py`` and ``profile_consume.py`` (py-spy on
-the aiozkconsumer consume paths). Each writes ``<name>.json`` and ``<name>.md`` into
+the aiozkconsumer consume paths); ``--only ...,scale`` adds ``scale.py`` (the cost curves: hours
+at full size, so not run by default; on this script's Kafka 3.9 cluster it leaves out the
+consumer-protocol mode). Each writes ``<name>.json`` and ``<name>.md`` into
 ``--out-dir`` (default ``benchmarks/results/``); this script adds ``summary.md`` (all tables,
 with the machine's load) and ``summary.json``.
 
@@ -27,7 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS_DIR, add_cluster_args, cluster_from_args, machine, say, this_python
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("throughput", "rebalance", "memory", "profile")
+BENCHMARKS = ("throughput", "rebalance", "memory", "profile", "scale")
+# scale.py's full grid takes hours: run when asked for (--only).
+DEFAULT = ("throughput", "rebalance", "memory", "profile")
 
 
 def demote(markdown: str) -> str:
@@ -43,8 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke-size runs of everything")
     parser.add_argument(
         "--only",
-        default=",".join(BENCHMARKS),
-        help="comma-separated subset of " + ", ".join(BENCHMARKS),
+        default=",".join(DEFAULT),
+        help="comma-separated subset of "
+        + ", ".join(BENCHMARKS)
+        + f" (default: {', '.join(DEFAULT)})",
     )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     add_cluster_args(parser)
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         f"at the end: `{finished['uptime']}` ({finished['java_processes']} java processes).",
         "",
     ]
-    for name in ("throughput", "rebalance", "memory"):
+    for name in ("throughput", "rebalance", "memory", "scale"):
         md = args.out_dir / f"{name}.md"
         if name in only and md.exists():
             parts += [demote(md.read_text()), ""]

@@ -6,7 +6,7 @@ reads a whole topic from the beginning with a fresh group, in a process of its o
 contenders interleaved (the order rotates each round) so that machine load hits them alike.
 Each run reports records/s and MiB/s (key + value bytes) over its consume window, the CPU
 seconds of that window (``getrusage(RUSAGE_SELF)`` in the child) and of the whole process
-(``wait4``), and the process's peak RSS; CPU seconds per million records are the consume
+(``wait4``), and the process's peak RSS (``VmHWM``); CPU seconds per million records are the consume
 window's CPU over the records. Every contender touches the key and the value of every record
 (their lengths are summed). Tables give the median of the rounds. Every aiozkconsumer and
 aiokafka contender checks record CRCs (their default) unless its name ends in ``-nocrc``.
@@ -152,7 +152,16 @@ ALL_CONTENDERS = (
     "azk-batch-nocrc",
     "aiokafka-getmany-nocrc",
 )
-EXTRA_CONTENDERS = ("azk-iter-yield", "aiokafka-iter-nocrc")
+EXTRA_CONTENDERS = (
+    "azk-iter-yield",
+    "aiokafka-iter-nocrc",
+    "azk-batch-chunks2",
+    "azk-arrow-chunks2",
+    "azk-iter-1-chunks2",
+    "azk-batch-iothread",
+    "azk-arrow-iothread",
+    "azk-iter-1-iothread",
+)
 KAFKA_VERSION = "3.9.1"
 POM = Path(__file__).with_name("java-perf-pom.xml")
 MIB = 1024 * 1024
@@ -166,13 +175,14 @@ TARGETS = (
         "confluent-sync-tuned",
         1.0,
     ),
-    ("batches() >= 0.7x tuned confluent-kafka", "azk-batch", "confluent-sync-tuned", 0.7),
+    ("batches() >= 0.8x tuned confluent-kafka", "azk-batch", "confluent-sync-tuned", 0.8),
     (
-        "batches() (tuned) >= 0.7x tuned confluent-kafka",
+        "batches() (tuned) >= 0.8x tuned confluent-kafka",
         "azk-batch-tuned",
         "confluent-sync-tuned",
-        0.7,
+        0.8,
     ),
+    ("async for >= 0.5x batches()", "azk-iter-1", "azk-batch", 0.5),
     ("batches() >= 1.5x aiokafka getmany", "azk-batch", "aiokafka-getmany", 1.5),
     ("async for >= 2.0x aiokafka async for", "azk-iter-1", "aiokafka-iter", 2.0),
 )
@@ -190,6 +200,12 @@ KAFKA_MODE_PAIRS = (
 # "Throughput"): room for 16 fetched chunks per stream instead of the original's 2, so that
 # the fetcher runs ahead of the reader (librdkafka queues up to 64 MiB by default).
 AZK_TUNED = {"queued_max_message_chunks": 16}
+# The azk-*-chunks2 contenders: the original's queue of 2 chunks per stream (its default, and
+# ours before queued.max.messages.kbytes): how much the byte budget's read-ahead brings.
+AZK_CHUNKS2 = {"queued_max_message_chunks": 2}
+# The azk-*-iothread contenders: the fetch connections receive in a worker thread of their own
+# (fetch.io.thread.enable) instead of on the event loop's thread.
+AZK_IOTHREAD = {"fetch_io_thread_enable": True}
 # Kafka-coordinated group timeouts of the azk-kafka-* contenders
 KAFKA_SESSION_TIMEOUT_MS = 10_000
 KAFKA_HEARTBEAT_INTERVAL_MS = 1_000
@@ -340,8 +356,18 @@ async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
     from aiozkconsumer import ConsumerConfig, create_connector
 
     mode = args.contender
-    tuned = AZK_TUNED if mode.endswith("-tuned") else {}
-    mode = mode.removesuffix("-tuned")
+    tuned: dict[str, Any] = (
+        AZK_TUNED
+        if mode.endswith("-tuned")
+        else AZK_CHUNKS2
+        if mode.endswith("-chunks2")
+        else {}
+    )
+    if args.queue_kbytes and not tuned:
+        tuned = {"queued_max_messages_kbytes": args.queue_kbytes}
+    if mode.endswith("-iothread"):
+        tuned = {**tuned, **AZK_IOTHREAD}
+    mode = mode.removesuffix("-tuned").removesuffix("-chunks2").removesuffix("-iothread")
     n_streams = 4 if mode == "azk-iter-4" else 1
     if mode.startswith("azk-kafka-"):
         config = ConsumerConfig(
@@ -354,6 +380,7 @@ async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
             heartbeat_interval_ms=KAFKA_HEARTBEAT_INTERVAL_MS,
             isolation_level=args.isolation_level,
             **_azk_security(args.security_props),
+            **tuned,
         )
     else:
         config = ConsumerConfig(
@@ -886,6 +913,8 @@ def run_one(
             "--isolation-level",
             isolation_level,
         ]
+        if args.azk_queue_kbytes:
+            cmd += ["--queue-kbytes", str(args.azk_queue_kbytes)]
         if security != "plaintext":
             assert config_dir is not None
             cmd += ["--client-properties", str(config_dir / f"{security}.properties")]
@@ -962,6 +991,7 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--bootstrap-server", required=True)
     c.add_argument("--profile", help="write a pyinstrument profile (text) to this file")
     c.add_argument("--isolation-level", default="read_uncommitted", choices=ISOLATION_LEVELS)
+    c.add_argument("--queue-kbytes", type=int, default=0)
     c.add_argument(
         "--client-properties",
         help="read over a secured listener: a properties file with its bootstrap.servers and "
@@ -1004,6 +1034,13 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=2,
         help="one transaction in this many is aborted (read_committed variants)",
+    )
+    parser.add_argument(
+        "--azk-queue-kbytes",
+        type=int,
+        default=0,
+        help="queued.max.messages.kbytes of the aiozkconsumer contenders without a queue "
+        "setting of their own (default 0: the library's default)",
     )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
@@ -1375,7 +1412,8 @@ def markdown(data: dict[str, Any]) -> str:
         f"Median of {s['repeats']} interleaved rounds; {s['partitions']} partitions, one "
         f"consumer process, warm page cache, batch calls of {s['batch']} records. "
         "CPU (consume) is the child's own CPU time over the consume window; CPU (process) "
-        "the whole process's (start-up included), peak RSS the process's `ru_maxrss`; first "
+        "the whole process's (start-up included), peak RSS the process's `VmHWM` (followed "
+        "while it runs); first "
         "record: seconds from the start of the window to the first record (connect, "
         "subscribe, group join, first fetch); steady records/s: the records after the first "
         "over the time after it (start-up and join excluded). `azk-kafka-*` are the "

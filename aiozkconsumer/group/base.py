@@ -195,7 +195,9 @@ class GroupMember:
 
         Retriable failures (no coordinator yet, the coordinator moved or is loading, a
         rebalance under way, a fenced member) are retried with a short backoff (doubling
-        from 0.1 s to 1 s) within ``max(session.timeout.ms, 30 s)``.
+        from 0.1 s to 1 s) for as long as they go on, as the Java client does while polled,
+        with a WARNING each ``max(session.timeout.ms, 30 s)``; another failure ends the
+        rebalance when that window is over.
 
         Raises:
             FencedInstanceIdError: the coordinator answered ``FENCED_INSTANCE_ID``: another
@@ -205,8 +207,9 @@ class GroupMember:
                 ``UNRELEASED_INSTANCE_ID``: a member with this ``group.instance.id`` is still
                 in the group (fatal).
             GroupCoordinatorError: a fatal group error (authorization, an inconsistent
-                group protocol, a broker without the protocol), or no success within the
-                deadline; names the group and the coordinator.
+                group protocol, a broker without the protocol), or a failure that is neither
+                fatal nor retriable, lasting past the window; names the group and the
+                coordinator.
             UnknownTopicError: a topic of a static subscription does not exist.
             ConsumerError: the rebalance listener raised.
 
@@ -264,17 +267,23 @@ class GroupMember:
                         ) from e
                     back_off = self._attempt_failed(e)
                     log.info("[%s] attempt %d failed: %s", self.consumer_id, attempts, e)
-                    if anyio.current_time() >= deadline and _coordinator_unreachable(e):
+                    if anyio.current_time() >= deadline and (
+                        _coordinator_unreachable(e) or e.retriable or e.fenced
+                    ):
                         # As the Java client, which goes on finding and joining the
                         # coordinator for as long as the application polls: a coordinator
-                        # down (killed, restarting, a rolling restart of the brokers) is
-                        # waited out, with a WARNING per window, rather than ending the
-                        # connector.
+                        # down (killed, restarting, a rolling restart of the brokers), or a
+                        # group that keeps rebalancing (REBALANCE_IN_PROGRESS, a generation
+                        # or member id gone stale meanwhile: members dying and joining
+                        # again and again) is waited out, with a WARNING per window, rather
+                        # than ending the connector.
                         log.warning(
-                            "[%s] group %s: no coordinator took the join for %.0f s (%s); "
-                            "still trying",
+                            "[%s] group %s: %s for %.0f s (%s); still trying",
                             self.consumer_id,
                             self.config.group_id,
+                            "no coordinator took the join"
+                            if _coordinator_unreachable(e)
+                            else "the group kept rebalancing",
                             time.monotonic() - t0,
                             e,
                         )

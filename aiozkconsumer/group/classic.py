@@ -213,6 +213,10 @@ class KafkaCoordinator(GroupMember):
         totals[0], totals[2] = kept, acquired
         totals[1] += released
         self._assigned, self._assigned_generation = mine, joined.generation
+        if self.machine.state is MemberState.FENCED:
+            # A heartbeat answered while the assignment was taken fenced the member (the gate
+            # is closed); it asked for the rejoin, which gives everything up.
+            return
         self.machine.handle(MemberEvent.SYNCED)
         if self.cooperative and released:
             # ConsumerCoordinator.onJoinComplete (COOPERATIVE): what this member gave up is
@@ -296,9 +300,15 @@ class KafkaCoordinator(GroupMember):
 
     def _may_heartbeat(self) -> bool:
         # A member that gave a rejoin up still holds its generation: its heartbeats tell it
-        # (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION) to try again.
-        return self.machine.may_heartbeat or (
-            self.machine.state is MemberState.UNJOINED and self.generation >= 0
+        # (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION) to try again. A member taking its
+        # assignment (commits, the listener) beats too, as the Java client's heartbeat
+        # thread does through the rebalance callbacks: a slow listener is bounded by
+        # max.poll.interval.ms, not session.timeout.ms (the coordinator would expel it).
+        state = self.machine.state
+        return (
+            self.machine.may_heartbeat
+            or state is MemberState.RECONCILING
+            or (state is MemberState.UNJOINED and self.generation >= 0)
         )
 
     async def _beat(self) -> None:
@@ -315,7 +325,13 @@ class KafkaCoordinator(GroupMember):
     def _beat_failed(self, e: GroupRequestError) -> None:
         """``REBALANCE_IN_PROGRESS`` asks for a rejoin; ``UNKNOWN_MEMBER_ID`` /
         ``ILLEGAL_GENERATION`` mean this member was fenced: it stops handing out records at
-        once (the gate closes) and rejoins."""
+        once (the gate closes) and rejoins. No answer for a session timeout asks for no
+        rejoin: the coordinator is looked up again and the heartbeats go on, as the Java
+        client's heartbeat thread does (``AbstractCoordinator``: "session timed out without
+        receiving a heartbeat response", ``markCoordinatorUnknown``); the answer says whether
+        the membership survived. A coordinator that moved keeps it (the new one loads the
+        group), and a rejoin would rebalance the whole group for nothing. Meanwhile the lease
+        has closed the gate (0.8 x ``session.timeout.ms`` after the last answer)."""
         if e.code == REBALANCE_IN_PROGRESS:
             self.request_rebalance("the group is rebalancing")
         elif e.fenced:
@@ -329,7 +345,7 @@ class KafkaCoordinator(GroupMember):
         else:
             log.info("[%s] heartbeat failed: %s", self.consumer_id, e)
             if self._lapsed():
-                self.request_rebalance("no heartbeat answered for a session timeout")
+                self.group.forget_coordinator()
 
     async def metadata_loop(self) -> None:
         """The metadata snapshot: rejoin when a subscribed topic's partition count changes or

@@ -179,8 +179,24 @@ class ConsumerProtocolCoordinator(GroupMember):
             self.ownership.gate.extend(t0 + 0.8 * self._session_timeout_s())
             if result.assignment is not None:
                 self._assignment = result.assignment
-                self._assignment_new = True
+                # The coordinator may repeat an unchanged assignment (another member's static
+                # rejoin, say): to a stable member, only one that differs from what it owns
+                # is a reconciliation to do, and a rebalance to count. While reconciling,
+                # every answer counts (what it owns is still moving).
+                if self.machine.state is not MemberState.STABLE or not self._owns_exactly(
+                    result.assignment
+                ):
+                    self._assignment_new = True
             return result
+
+    def _owns_exactly(self, assignment: Mapping[bytes, tuple[int, ...]]) -> bool:
+        """Whether the member owns exactly ``assignment`` now (a topic id not known yet:
+        not)."""
+        names = self._topic_names
+        if any(tid not in names for tid in assignment):
+            return False
+        target = {TopicPartition(names[tid], p) for tid, parts in assignment.items() for p in parts}
+        return target == set(self.ownership.registry)
 
     def broker_side_regex(self) -> str | None:
         """The regex sent as ``SubscribedTopicRegex`` (KIP-848): a wildcard subscription's
@@ -200,7 +216,15 @@ class ConsumerProtocolCoordinator(GroupMember):
         self._close_gate_now()
 
     def _may_heartbeat(self) -> bool:
-        return self.machine.may_heartbeat and self.member_epoch > 0
+        # A member reconciling (committing, the listener) heartbeats too, with what it owns
+        # at that moment, as the Java client's background heartbeat goes on while the
+        # application thread runs the rebalance callbacks: a revocation listener slower than
+        # the session timeout is bounded by max.poll.interval.ms (the rebalance timeout the
+        # member sends), not expelled by the coordinator's session timeout.
+        state = self.machine.state
+        return (
+            self.machine.may_heartbeat or state is MemberState.RECONCILING
+        ) and self.member_epoch > 0
 
     def _membership_over(self) -> None:
         self.member_epoch = -1
@@ -215,15 +239,21 @@ class ConsumerProtocolCoordinator(GroupMember):
 
     def _beat_failed(self, e: GroupRequestError) -> None:
         """``FENCED_MEMBER_EPOCH`` / ``UNKNOWN_MEMBER_ID`` close the gate at once (no record
-        is handed out) and ask for a rejoin; no answer for a session timeout (or a fatal
-        answer) asks for a rejoin."""
+        is handed out) and ask for a rejoin; a fatal answer asks for a rejoin. No answer for a
+        session timeout asks for none: the coordinator is looked up again and the heartbeats
+        go on, as the Java client's heartbeat request manager does (a failed request marks
+        the coordinator unknown; only the coordinator's ``FENCED_MEMBER_EPOCH`` or
+        ``UNKNOWN_MEMBER_ID`` makes the member rejoin at epoch 0). A coordinator that moved
+        keeps the membership; meanwhile the lease has closed the gate."""
         if e.fenced:
             self._on_fenced(e)
             self.request_rebalance("fenced: " + str(e))
         else:
             log.info("[%s] heartbeat failed: %s", self.consumer_id, e)
-            if e.fatal or self._lapsed():
+            if e.fatal:
                 self.request_rebalance("heartbeat failed: " + str(e))
+            elif self._lapsed():
+                self.group.forget_coordinator()
 
     # -- reconciliation ------------------------------------------------------------------
 

@@ -1215,7 +1215,15 @@ static PyTypeObject BatchType = {
  *   legacy_at: the position of the first batch of magic 0/1 (parsing stops there), or -1.
  *   corrupt: with check_crcs, the batches (also in batches) whose CRC-32C does not match.
  * Raises ValueError for a batch whose header is malformed.
+ *
+ * Two passes: the batch headers (with the GIL: each makes a Batch), then the CRCs of all the
+ * complete batches with the GIL released (several GiB/s, but the one pass over every fetched
+ * byte), so that a fetch thread checking one record set lets the event loop run meanwhile.
+ * The buffer is pinned by the view held across both passes (a bytearray cannot be resized
+ * while exported), and every Batch holds a view of its own too.
  */
+enum { CRC_UNLOCKED_MIN = 32 * 1024 }; /* fewer bytes: not worth releasing the GIL */
+
 static PyObject *parse_record_set(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *data;
@@ -1224,7 +1232,9 @@ static PyObject *parse_record_set(PyObject *mod, PyObject *args) {
     Py_buffer view;
     if (get_bytes(data, &view) < 0) return NULL;
     const uint8_t *buf = (const uint8_t *)view.buf;
-    Py_ssize_t n = view.len, pos = 0, legacy_at = -1;
+    Py_ssize_t n = view.len, pos = 0, legacy_at = -1, checked_bytes = 0;
+    Py_ssize_t nb = 0;
+    uint32_t *crcs = NULL; /* the computed CRC of each batch (check only) */
     PyObject *batches = PyList_New(0), *bad = PyList_New(0);
     if (!batches || !bad) goto error;
     while (pos + 17 <= n) {
@@ -1275,18 +1285,47 @@ static PyObject *parse_record_set(PyObject *mod, PyObject *args) {
             Py_DECREF(b);
             goto error;
         }
-        if (check && crc32c(h + CRC_FROM, (size_t)(stop - pos - CRC_FROM)) != b->crc) {
-            if (PyList_Append(bad, (PyObject *)b) < 0) {
-                Py_DECREF(b);
-                goto error;
-            }
-        }
         Py_DECREF(b);
+        checked_bytes += stop - pos - CRC_FROM;
         pos = stop;
+    }
+    nb = PyList_GET_SIZE(batches);
+    if (check && nb) {
+        crcs = PyMem_Malloc((size_t)nb * sizeof(uint32_t));
+        Py_ssize_t *starts = PyMem_Malloc((size_t)nb * 2 * sizeof(Py_ssize_t));
+        if (!crcs || !starts) {
+            PyMem_Free(starts);
+            PyErr_NoMemory();
+            goto error;
+        }
+        for (Py_ssize_t i = 0; i < nb; i++) {
+            BatchObject *b = (BatchObject *)PyList_GET_ITEM(batches, i);
+            starts[2 * i] = b->start;
+            starts[2 * i + 1] = b->end;
+        }
+        if (checked_bytes >= CRC_UNLOCKED_MIN) {
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = 0; i < nb; i++)
+                crcs[i] = crc32c(buf + starts[2 * i] + CRC_FROM,
+                                 (size_t)(starts[2 * i + 1] - starts[2 * i] - CRC_FROM));
+            Py_END_ALLOW_THREADS
+        } else {
+            for (Py_ssize_t i = 0; i < nb; i++)
+                crcs[i] = crc32c(buf + starts[2 * i] + CRC_FROM,
+                                 (size_t)(starts[2 * i + 1] - starts[2 * i] - CRC_FROM));
+        }
+        PyMem_Free(starts);
+        for (Py_ssize_t i = 0; i < nb; i++) {
+            PyObject *b = PyList_GET_ITEM(batches, i);
+            if (crcs[i] != ((BatchObject *)b)->crc && PyList_Append(bad, b) < 0) goto error;
+        }
+        PyMem_Free(crcs);
+        crcs = NULL;
     }
     PyBuffer_Release(&view);
     return Py_BuildValue("(NnnN)", batches, pos, legacy_at, bad);
 error:
+    PyMem_Free(crcs);
     PyBuffer_Release(&view);
     Py_XDECREF(batches);
     Py_XDECREF(bad);

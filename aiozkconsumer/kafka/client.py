@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -465,12 +465,20 @@ class FetchChannel:
         self.last_version: int | None = None
         """The version of the last request :meth:`fetch_partitions` sent."""
 
-    async def fetch(self, request: Any, max_wait_ms: int) -> Any:
+    async def fetch(
+        self,
+        request: Any,
+        max_wait_ms: int,
+        *,
+        after: Callable[[FetchResponse], None] | None = None,
+    ) -> Any:
         """Send an aiokafka FetchRequest and return its response.
 
         Args:
             request: an aiokafka ``FetchRequest``.
             max_wait_ms: its ``max_wait_time`` (the time limit allows for it).
+            after: run on the response in the own connection's I/O thread (see
+                :meth:`~.fetch_connection.FetchConnection.fetch`); not on aiokafka's path.
 
         Raises:
             BrokerNotAvailableError: the broker could not be reached, the request failed or
@@ -490,7 +498,7 @@ class FetchChannel:
         if not MIN_VERSION <= struct.API_VERSION <= MAX_NON_FLEXIBLE:
             return await self._kafka.send(self.node_id, request)
         try:
-            return await self.connection.fetch(struct, max_wait_ms)
+            return await self.connection.fetch(struct, max_wait_ms, after=after)
         except BrokerNotAvailableError:
             self._versions = None  # the broker may come back as another version
             raise
@@ -525,6 +533,7 @@ class FetchChannel:
         max_bytes: int,
         isolation_level: int = 0,
         rack_id: str = "",
+        after: Callable[[FetchResponse], None] | None = None,
     ) -> Any:
         """Fetch ``partitions`` with the newest Fetch version, in the channel's fetch session.
 
@@ -546,6 +555,8 @@ class FetchChannel:
             max_bytes: ``MaxBytes`` of the response.
             isolation_level: 0 read_uncommitted, 1 read_committed.
             rack_id: ``client.rack`` (v11+).
+            after: run on the response in the own connection's I/O thread (see
+                :meth:`~.fetch_connection.FetchConnection.fetch`); not on aiokafka's path.
 
         Returns:
             A :class:`~.fetch_response.FetchResponse` (``topics`` named), or aiokafka's
@@ -572,7 +583,7 @@ class FetchChannel:
             request = FetchRequest(
                 max_wait_ms, min_bytes, max_bytes, isolation_level, list(by_topic.items()), rack_id
             )
-            return await self.fetch(request, max_wait_ms)
+            return await self.fetch(request, max_wait_ms, after=after)
         topics = set(map(_TOPIC, partitions))
         for attempt in range(2):
             ids: Mapping[str, bytes] = {}
@@ -603,7 +614,9 @@ class FetchChannel:
             )
             self.last_version = v
             try:
-                response = await self.connection.fetch(request_v, max_wait_ms, topic_names=names)
+                response = await self.connection.fetch(
+                    request_v, max_wait_ms, topic_names=names, after=after
+                )
             except BaseException as e:
                 self.session.handle_error()
                 if isinstance(e, BrokerNotAvailableError):

@@ -16,13 +16,24 @@ buffer per fetch). Without it, the buffer is turned into the ``bytes`` aiokafka'
 ``MemoryRecords`` requires (it refuses a ``memoryview`` or a ``bytearray``): two copies.
 Either way only one partition's record set is ever held twice, whatever the response's size.
 
+Two modes receive the same way (``io_thread``, the fetcher's ``fetch.io.thread.enable``): by
+default the connection is an ``asyncio.BufferedProtocol`` on the event loop's thread; with
+``io_thread=True`` the socket is a blocking one owned by a worker thread (``socket_link.py``),
+which sends the request and runs the parser's ``recv_into`` loop, so the kernel's receive copy
+and the TLS decryption (both with the GIL released) run beside the event loop instead of on
+it, and the fetcher's ``after`` step (the record sets' header pass and CRCs,
+``records.read_record_sets``) runs there too, the loop getting the response with its record
+sets parsed and checked.
+
 The connection is secured as every other connection of the client (``security.py``'s
-``KafkaSecurity``): TLS is asyncio's SSL transport under the same ``BufferedProtocol`` (it
-decrypts straight into the buffer the protocol hands it, so a record set is still received
-into its own buffer, the decryption being the one copy), and with SASL the SaslHandshake and
-SaslAuthenticate exchange (``auth.py``, with aiokafka's mechanisms) runs before the first
-Fetch, its answers received whole by a small frame reader, then again on the same connection
-before the session the broker granted ends (KIP-368).
+``KafkaSecurity``): TLS is the same ``ssl.SSLContext`` and server name either way
+(``wrap_socket`` in the thread, asyncio's SSL transport under the ``BufferedProtocol``); both
+decrypt straight into the buffer the parser hands out, so a record set is still received
+into its own buffer, the decryption being the one copy. With SASL the SaslHandshake and
+SaslAuthenticate exchange (``auth.py``, with aiokafka's mechanisms) runs from the event loop
+before the first Fetch, each answer received whole by a small frame reader (in the thread in
+the threaded mode), then again on the same connection before the session the broker granted
+ends (KIP-368).
 
 The parser reads FetchResponse v4-v11 (the versions aiokafka 0.14 builds requests for) and the
 flexible v12-v18 (requests built by ``fetch_request.py``): compact arrays and strings, tagged
@@ -58,6 +69,7 @@ from .fetch_response import (
     FetchResponseParser,
     PartitionData,
 )
+from .socket_link import SocketLink
 
 __all__ = [
     "MAX_NON_FLEXIBLE",
@@ -229,6 +241,8 @@ class FetchConnection:
         token_provider: OAUTHBEARER's token provider, the one the client's other connections
             share; default :func:`~aiozkconsumer.kafka.oauth.refreshing` of
             ``security.token_provider`` (which gives that same one).
+        io_thread: receive in a worker thread on a blocking socket rather than on the event
+            loop's thread (default ``False``; see the module doc).
 
     Raises:
         InvalidConfigError: OAUTHBEARER settings that cannot give a token (see
@@ -244,8 +258,10 @@ class FetchConnection:
         *,
         security: KafkaSecurity | None = None,
         token_provider: Any = None,
+        io_thread: bool = False,
     ) -> None:
         self.node_id = node_id
+        self.io_thread = io_thread
         self._address = address
         self._client_id = client_id
         self._timeout_s = request_timeout_s
@@ -256,6 +272,7 @@ class FetchConnection:
             token_provider = refreshing(security.token_provider)
         self._token_provider = token_provider
         self._protocol: _Protocol | None = None
+        self._link: SocketLink | None = None
         self._host_port: tuple[str, int] | None = None
         self._session: SaslSession | None = None
         self._auth_failed_at: float | None = None
@@ -273,6 +290,9 @@ class FetchConnection:
     @property
     def connected(self) -> bool:
         """Whether the connection is open."""
+        link = self._link
+        if link is not None:
+            return link.is_open
         p = self._protocol
         return p is not None and p.transport is not None and not p.transport.is_closing()
 
@@ -309,27 +329,28 @@ class FetchConnection:
                 return SslAuthenticationError(self.broker, reason)
         return BrokerNotAvailableError(f"{what} broker {self.node_id} failed: {exc!r}")
 
-    async def _connect(self) -> _Protocol:
+    async def _connect(self) -> None:
         address = self._address()
         if address is None:
             raise BrokerNotAvailableError(f"broker {self.node_id} has no known address")
         host, port = address
         self._host_port = (str(host), int(port))
         context = self.security.ssl_context if self.security.tls else None
-        loop = asyncio.get_running_loop()
+        server_hostname = host if context is not None else None
         try:
+            if self.io_thread:
+                self._link = await SocketLink.connect(
+                    host, port, self._timeout_s, context, server_hostname
+                )
+                return
+            loop = asyncio.get_running_loop()
             async with asyncio.timeout(self._timeout_s):
-                _, protocol = await loop.create_connection(
-                    _Protocol,
-                    host,
-                    port,
-                    ssl=context,
-                    server_hostname=host if context is not None else None,
+                _, self._protocol = await loop.create_connection(
+                    _Protocol, host, port, ssl=context, server_hostname=server_hostname
                 )
         except (OSError, TimeoutError) as e:
             error = self._failure(e, f"fetch connection to {host}:{port}", handshake=True)
             raise error from e
-        return protocol
 
     async def _wait_after_auth_failure(self) -> None:
         """At most one authentication attempt per ``reconnect.backoff.max.ms``."""
@@ -357,9 +378,9 @@ class FetchConnection:
         self.close()
         await self._wait_after_auth_failure()
         try:
-            protocol = self._protocol = await self._connect()
+            await self._connect()
             if self.security.sasl:
-                self._session = await self._authenticate(protocol)
+                self._session = await self._authenticate()
         except AuthenticationError as e:
             self.close()
             self._auth_failed_at = time.monotonic()
@@ -371,11 +392,11 @@ class FetchConnection:
         self._auth_failed_at = None
         self.connects += 1
 
-    async def _authenticate(self, protocol: _Protocol) -> SaslSession:
+    async def _authenticate(self) -> SaslSession:
         host = self._host_port[0] if self._host_port else ""
 
         async def exchange(request_struct: Any) -> Any:
-            return await self._exchange(protocol, request_struct)
+            return await self._exchange(request_struct)
 
         try:
             return await authenticate(
@@ -388,26 +409,48 @@ class FetchConnection:
         except _IO_ERRORS as e:
             raise self._failure(e, "SASL authentication with") from e
 
-    async def _exchange(self, protocol: _Protocol, request_struct: Any) -> Any:
+    async def _round_trip(
+        self,
+        frame: bytes,
+        receiver: _Receiver,
+        timeout_s: float,
+        after: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """Send ``frame`` and receive its answer into ``receiver`` (the caller closes the
+        connection on failure); ``after`` runs on the answer in the I/O thread (threaded mode
+        only: on the event loop it would only move the work the caller does anyway).
+
+        Raises:
+            OSError, TimeoutError: the connection failed or the answer did not come in time.
+            ValueError, struct.error, UnicodeDecodeError: the answer did not parse.
+        """
+        link = self._link
+        if link is not None:
+            return await link.transfer(frame, receiver, timeout_s, after)
+        protocol = self._protocol
+        transport = protocol.transport if protocol is not None else None
+        if protocol is None or transport is None or transport.is_closing():
+            raise ConnectionError("connection closed")
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        protocol.parser, protocol.waiter = receiver, waiter
+        transport.write(frame)
+        async with asyncio.timeout(timeout_s):
+            return await waiter
+
+    async def _exchange(self, request_struct: Any) -> Any:
         """Send one request struct and decode its answer (the caller closes on failure).
 
         Raises:
             OSError, TimeoutError: the connection failed or the answer did not come in time.
             ValueError: the answer is not the request's (``TlsAnswerError``: a TLS record).
         """
-        transport = protocol.transport
-        if transport is None or transport.is_closing():
-            raise ConnectionError("connection closed")
         correlation_id = self._next_correlation_id()
         header = request_struct.build_request_header(
             correlation_id=correlation_id, client_id=self._client_id
         )
         message = header.encode() + request_struct.encode()
-        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        protocol.parser, protocol.waiter = _FrameReader(), waiter
-        transport.write(_I32.pack(len(message)) + message)
-        async with asyncio.timeout(self._timeout_s):
-            body = await waiter
+        frame = _I32.pack(len(message)) + message
+        body = await self._round_trip(frame, _FrameReader(), self._timeout_s)
         buf = io.BytesIO(body)
         answer = request_struct.parse_response_header(buf).correlation_id
         if answer != correlation_id:
@@ -427,10 +470,8 @@ class FetchConnection:
                 speaks TLS).
         """
         await self.open()
-        protocol = self._protocol
-        assert protocol is not None
         try:
-            return await self._exchange(protocol, request_struct)
+            return await self._exchange(request_struct)
         except _IO_ERRORS as e:
             self.close()
             raise self._failure(e, "request to") from e
@@ -456,10 +497,8 @@ class FetchConnection:
         await self.open()
 
     async def _reauthenticate(self) -> None:
-        protocol = self._protocol
-        assert protocol is not None
         try:
-            self._session = await self._authenticate(protocol)
+            self._session = await self._authenticate()
         except AuthenticationError:
             self.close()
             self._auth_failed_at = time.monotonic()
@@ -476,6 +515,7 @@ class FetchConnection:
         max_wait_ms: int,
         *,
         topic_names: Mapping[bytes, str] | None = None,
+        after: Callable[[FetchResponse], None] | None = None,
     ) -> FetchResponse:
         """Send one FetchRequest and return its decoded response.
 
@@ -486,6 +526,10 @@ class FetchConnection:
             max_wait_ms: the request's ``max_wait_time``, added to the time limit.
             topic_names: v13+: topic id -> name for the topics the response may hold (see
                 :class:`FetchResponseParser`).
+            after: in the threaded mode, called with the response in the I/O thread once it
+                has arrived (not called otherwise): e.g. the record sets' header pass and
+                CRCs, ``records.read_record_sets``. What it raises fails the fetch (the
+                connection is closed).
 
         Raises:
             ValueError: the request's version is not one parsed here, or it cannot be
@@ -504,8 +548,6 @@ class FetchConnection:
         ):
             raise ValueError(f"a FetchRequest v{version} is not sent over this connection")
         await self._ready()
-        protocol = self._protocol
-        assert protocol is not None and protocol.transport is not None
         correlation_id = self._next_correlation_id()
         if isinstance(request, FlexibleFetchRequest):
             frame = request.frame(correlation_id, self._client_id)
@@ -516,13 +558,11 @@ class FetchConnection:
             message = header.encode() + request.encode()
             frame = _I32.pack(len(message)) + message
         parser = FetchResponseParser(version, correlation_id, topic_names)
-        waiter: asyncio.Future[FetchResponse] = asyncio.get_running_loop().create_future()
-        protocol.parser, protocol.waiter = parser, waiter
         ok = False
         try:
-            protocol.transport.write(frame)
-            async with asyncio.timeout(self._timeout_s + max_wait_ms / 1000):
-                response = await waiter
+            response: FetchResponse = await self._round_trip(
+                frame, parser, self._timeout_s + max_wait_ms / 1000, after
+            )
             ok = True
         except _IO_ERRORS as e:
             raise self._failure(e, "fetch from") from e
@@ -557,19 +597,12 @@ class FetchConnection:
             Exception: whatever ``encode`` raises (nothing was sent).
         """
         await self._ready()
-        protocol = self._protocol
-        assert protocol is not None
         message = encode(self._next_correlation_id(), self._client_id)
         ok = False
         try:
-            transport = protocol.transport
-            if transport is None or transport.is_closing():
-                raise ConnectionError("connection closed")
-            waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-            protocol.parser, protocol.waiter = _FrameReader(), waiter
-            transport.write(_I32.pack(len(message)) + message)
-            async with asyncio.timeout(self._timeout_s):
-                body = await waiter
+            body: bytes = await self._round_trip(
+                _I32.pack(len(message)) + message, _FrameReader(), self._timeout_s
+            )
             ok = True
         except _IO_ERRORS as e:
             raise self._failure(e, "request to") from e
@@ -581,7 +614,10 @@ class FetchConnection:
     def close(self) -> None:
         """Close the connection (never raises; a request in flight fails)."""
         protocol, self._protocol = self._protocol, None
+        link, self._link = self._link, None
         self._session = None
+        if link is not None:
+            link.close()
         if protocol is not None and protocol.transport is not None:
             with contextlib.suppress(Exception):
                 if self.security.tls:
@@ -595,7 +631,7 @@ class FetchConnection:
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "closed"
-        how = self.security.describe()
+        how = self.security.describe() + (", I/O thread" if self.io_thread else "")
         return (
             f"<FetchConnection broker {self.node_id} [{state}, {how}, {self.requests} requests, "
             f"{self.connects} connects, {self.reauthentications} re-authentications]>"

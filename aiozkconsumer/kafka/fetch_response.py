@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..records import TopicPartition
 from . import native
@@ -91,6 +92,9 @@ class FetchResponse:
         topic_ids: v13+: the id of each topic in the response, in order.
         unknown_topic_ids: v13+: ids no name was known for; their partitions are left out
             of ``topics``.
+        record_sets: partition -> its record set already parsed (a ``records.RecordSet``:
+            batch headers read, CRCs checked), when the fetch connection's I/O thread did
+            it (``records.read_record_sets``); empty otherwise.
     """
 
     throttle_time_ms: int = 0
@@ -104,6 +108,7 @@ class FetchResponse:
     node_endpoints: list[tuple[int, str, int, str | None]] = field(default_factory=list)
     topic_ids: list[bytes] = field(default_factory=list)
     unknown_topic_ids: list[bytes] = field(default_factory=list)
+    record_sets: dict[TopicPartition, Any] = field(default_factory=dict)
 
 
 class FetchResponseParser:

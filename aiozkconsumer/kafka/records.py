@@ -50,6 +50,7 @@ __all__ = [
     "mark_aborted",
     "native_columns",
     "read_record_set",
+    "read_record_sets",
     "reads_natively",
     "take_columns",
     "take_messages",
@@ -92,6 +93,31 @@ def read_record_set(data: Any, tp: TopicPartition, check_crcs: bool) -> RecordSe
         return RecordSet(parsed[0], parsed[1], parsed[0])
     corrupt = corrupt_batches(data, tp) if check_crcs else {}
     return RecordSet(_aiokafka_batches(data), corrupt, None)
+
+
+def read_record_sets(response: Any, check_crcs: bool) -> None:
+    """Parse a fetch response's record sets ahead, into ``response.record_sets``.
+
+    For the fetch connection's I/O thread (its ``after`` step): the native decoder's header
+    pass and the CRCs (computed with the GIL released) run there, and the event loop gets
+    each partition's :class:`RecordSet` ready. Only with the native decoder: without it
+    aiokafka's batches are parsed as they are read, on the loop, and nothing is done here.
+
+    Args:
+        response: a ``fetch_response.FetchResponse``.
+        check_crcs: compute and compare each batch's CRC (``check.crcs``).
+    """
+    if not native.AVAILABLE:
+        return
+    parsed = response.record_sets
+    for topic, parts in response.topics:
+        for part in parts:
+            data = part[-1]
+            if data:
+                tp = TopicPartition(topic, part[0])
+                record_set = native.parse_record_set(data, tp, check_crcs)
+                if record_set is not None:
+                    parsed[tp] = RecordSet(record_set[0], record_set[1], record_set[0])
 
 
 def _aiokafka_batches(data: Any) -> Iterator[Any]:

@@ -109,20 +109,24 @@ class FaultTools(ServerControl):
         await terminate([self._broker(broker_id)])
 
     def pause_broker(self, broker_id: int) -> None:
-        """Freeze a broker with SIGSTOP (it keeps its sockets but answers nothing).
+        """Freeze a broker with SIGSTOP (it keeps its sockets but answers nothing); returns
+        once every thread of it is stopped (on Linux), so that a request sent next is not
+        served by a thread the signal had not reached yet.
 
         Args:
             broker_id: the broker's id.
 
         Raises:
             KeyError: if there is no such broker.
-            LocalClusterError: if it is not running.
+            LocalClusterError: if it is not running, or not stopped within 5 s.
         """
         server = self._broker(broker_id)
         if not server.alive():
             raise LocalClusterError(f"{server.name} is not running")
         server.send_signal(signal.SIGSTOP)
         server.paused = True
+        if not server.wait_stopped():
+            raise LocalClusterError(f"{server.name} did not stop within 5 s of SIGSTOP")
 
     def resume_broker(self, broker_id: int) -> None:
         """Thaw a broker frozen by :meth:`pause_broker` (SIGCONT).

@@ -648,6 +648,11 @@ class Checker:
             epochs.sort(key=lambda e: (e.start, e.id))
             for before, after in zip(epochs, epochs[1:], strict=False):
                 predecessor[after.id] = before
+        self._first_delivery: dict[int, float] = {}
+        for d in self.deliveries:
+            first = self._first_delivery.get(d.epoch.id)
+            if first is None or d.ts < first:
+                self._first_delivery[d.epoch.id] = d.ts
         with_duplicates = {next_id for _, next_id in self._redelivered}
         handovers = [
             self.handover(self.epochs[prev_id], self.epochs[next_id], pairs)
@@ -687,7 +692,10 @@ class Checker:
             bound = duplicate_window_bound_s(
                 fault.kind, self.commit_interval_ms, self.session_timeout_ms
             )
+        first = self._first_delivery.get(nxt.id)
+        last = previous.last_delivery_ts
         return Handover(
+            gap_s=None if first is None or last is None else max(0.0, first - last),
             topic=nxt.tp[0],
             partition=nxt.tp[1],
             previous=previous.member,
@@ -703,9 +711,10 @@ class Checker:
 
     def fault_of(self, previous: Epoch, at: float) -> InjectedFault | None:
         """The fault a hand-over at ``at`` from ``previous`` is judged by (module docstring)."""
-        # An epoch lost with its session ended at the suspension that began the loss: a fault
-        # that began after it did not end the epoch.
-        lost_at = previous.end if previous.end_reason == "session_lost" else math.inf
+        # An epoch lost with its session ended at the suspension that began the loss (and a
+        # Kafka member's, at the drop its fence caused): a fault that began after it did not
+        # end the epoch.
+        lost_at = previous.end if previous.end_reason in ("session_lost", "lost") else math.inf
         return handover_fault(
             self.faults,
             member=previous.member,

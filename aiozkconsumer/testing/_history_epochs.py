@@ -25,8 +25,9 @@ __all__ = [
     "partition_entries",
 ]
 
-_LOST_REASONS = frozenset({"session_lost", "crashed", "restarted"})
-"""Epoch ends that do not say when ownership really ended (an expiry somewhere before)."""
+_LOST_REASONS = frozenset({"session_lost", "crashed", "restarted", "lost"})
+"""Epoch ends that do not say when ownership really ended (an expiry somewhere before; for
+``lost``, a Kafka member that learnt of its expiry when the coordinator fenced it)."""
 
 
 @dataclass(eq=False)

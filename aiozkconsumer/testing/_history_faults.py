@@ -114,11 +114,18 @@ def duplicate_window_bound_s(
         commit_interval_ms: ``C``, ms.
         session_timeout_ms: ``T``, ms.
 
+    A compound kind ``<kill or pause>_after_<link cut or ZooKeeper restart>`` (see
+    :func:`handover_fault`): ``C + T + ε``: the commit sent into the cut lands only after the
+    heal, so the crash repeats what was handed out from a commit interval before the cut to
+    the crash (``docs/failure-semantics.md``, the compound window).
+
     Returns:
         The bound in seconds, or ``None`` for a kind without a stated bound (``expire``,
         ZooKeeper mode's ``broker_restart``, no fault).
     """
     c, t = commit_interval_ms / 1000, session_timeout_ms / 1000
+    if kind is not None and _AFTER in kind:
+        return c + t + DUPLICATE_WINDOW_TOLERANCE_S  # the compound window (handover_fault)
     if kind in ("kill", "pause"):
         return c + DUPLICATE_WINDOW_TOLERANCE_S
     if kind in ("zookeeper_link", _ZOOKEEPER_RESTART):
@@ -141,16 +148,22 @@ def handover_fault(
     """The fault a hand-over is judged by (see :mod:`aiozkconsumer.testing.history`).
 
     The last fault on the previous owner that began before the claim, had not ended before
-    the previous epoch began and (for an epoch lost with its session) began by the loss. When
+    the previous epoch began, (for an epoch lost with its session) began by the loss, and did
+    not begin after a kill of the previous owner (a fault on every member, such as a ZooKeeper
+    restart, that comes after the member was killed did not move its partitions). When
     faults on the member overlap, those still in effect when the last one began count too:
-    one without a stated bound wins, else the one with the loosest bound.
+    one without a stated bound wins, else the one with the loosest bound. A kill or pause
+    that comes within ``T`` after a link cut (or ZooKeeper restart) on the member healed, in
+    the same ownership, is the compound fault ``<kill>_after_<cut>``: a commit sent into the
+    cut lands only after the heal.
 
     Args:
         faults: the fault log; ``None`` or empty: no fault.
         member: the previous owner (the ``member`` field of its events).
         began: when the previous epoch began (its ``assigned`` event), ``time.time()``.
         lost_at: when the previous epoch ended by a session loss (the suspension that began
-            it); ``math.inf`` for an epoch that ended otherwise.
+            it) or, for a Kafka member, by the drop its fence caused (``revoked``, reason
+            ``lost``); ``math.inf`` for an epoch that ended otherwise.
         claimed: when the new owner claimed the partition.
         commit_interval_ms: ``C``; ``None``: the last fault, without comparing bounds.
         session_timeout_ms: ``T``.
@@ -160,13 +173,18 @@ def handover_fault(
     """
     if not faults:
         return None
+    # When the ownership really ended: at the session loss (or fenced drop), or when a kill
+    # ended the member (an incarnation), whichever came first. A fault begun after that (a
+    # ZooKeeper restart is on every member, the dead too) did not move the partitions.
+    kills = [f.started_ts for f in faults if f.kind == "kill" and f.hits(member)]
+    ended = min([lost_at, *(t for t in kills if t >= began)])
     candidates = [
         f
         for f in faults
         if f.hits(member)
         and f.started_ts < claimed
         and f.ended_ts >= began
-        and f.started_ts <= lost_at
+        and f.started_ts <= ended
     ]
     if not candidates:
         return None
@@ -180,9 +198,48 @@ def handover_fault(
     unbounded = [f for f in in_effect if duplicate_window_bound_s(f.kind, c, t) is None]
     if unbounded:
         return max(unbounded, key=lambda f: f.started_ts)
-    return max(
+    chosen = max(
         in_effect,
         key=lambda f: (duplicate_window_bound_s(f.kind, c, t) or 0.0, f.started_ts),
+    )
+    return _compound(last, chosen, candidates, began, t / 1000)
+
+
+_AFTER = "_after_"
+"""Joins the two kinds of a compound fault (``kill_after_zookeeper_link``)."""
+_HOLDS_COMMITS = frozenset({"zookeeper_link", "broker_link", _ZOOKEEPER_RESTART})
+"""Faults during which a commit sent may land only after the heal."""
+
+
+def _compound(
+    last: InjectedFault,
+    chosen: InjectedFault,
+    candidates: Sequence[InjectedFault],
+    began: float,
+    t_s: float,
+) -> InjectedFault:
+    """The last fault a kill or pause within ``T`` after a link cut (or ZooKeeper restart) on
+    the same member healed, inside the same ownership (whatever else was in effect): the
+    compound fault ``<kill>_after_<cut>``, judged by the compound window
+    (:func:`duplicate_window_bound_s`); else ``chosen`` as it is."""
+    if last.kind not in ("kill", "pause"):
+        return chosen
+    before = [
+        f
+        for f in candidates
+        if f.kind in _HOLDS_COMMITS
+        and f.ended_ts >= began
+        and f.ended_ts < last.started_ts <= f.ended_ts + t_s
+    ]
+    if not before:
+        return chosen
+    cut = max(before, key=lambda f: f.ended_ts)
+    return InjectedFault(
+        kind=f"{last.kind}{_AFTER}{cut.kind}",
+        started_ts=cut.started_ts,
+        ended_ts=last.ended_ts,
+        members=last.members,
+        number=last.number,
     )
 
 

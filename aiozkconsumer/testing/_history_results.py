@@ -93,6 +93,9 @@ class Handover:
         fault_number: that fault's number in the schedule, if known.
         bound_s: the bound for ``fault_kind`` (:func:`duplicate_window_bound_s`); ``None``
             when not judged.
+        gap_s: the partition's delivery gap across the hand-over, seconds: from the previous
+            owner's last hand-out of it to the new owner's first (``None`` when either handed
+            out nothing): the hand-over's recovery time as a reader of the partition sees it.
     """
 
     topic: str
@@ -106,6 +109,7 @@ class Handover:
     fault_kind: str | None = None
     fault_number: int | None = None
     bound_s: float | None = None
+    gap_s: float | None = None
 
     @property
     def exceeded(self) -> bool:

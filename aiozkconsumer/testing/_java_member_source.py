@@ -48,6 +48,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.RebalanceInProgressException;
 import org.apache.kafka.common.errors.WakeupException;
 
 /** A consumer group member that reports what it does: one tab-separated line per event. */
@@ -207,8 +208,14 @@ public final class AiozkJavaMember {
                     }
                 }
                 if (!consumed.isEmpty()) {
-                    commit(consumer, new HashMap<>(consumed));
-                    consumed.clear();
+                    try {
+                        commit(consumer, new HashMap<>(consumed));
+                        consumed.clear();
+                    } catch (RebalanceInProgressException e) {
+                        // A cooperative member keeps its partitions while the group
+                        // rebalances, and commitSync refuses meanwhile: the offsets stay
+                        // in `consumed`, committed after the next poll or on revocation.
+                    }
                 }
             }
         } catch (WakeupException e) {

@@ -150,6 +150,30 @@ class Server:
         self.paused = False
         log.debug("started %s (pid %d): %s", self.name, proc.pid, " ".join(self.cmd))
 
+    def wait_stopped(self, timeout_s: float = 5.0) -> bool:
+        """After a SIGSTOP, wait until every thread of the process is stopped (Linux:
+        ``/proc/<pid>/task/*/stat`` state ``T``). A signal is delivered asynchronously: a
+        thread running on the other core, or runnable and not yet scheduled, may still serve
+        a request sent right after ``kill`` returned. Returns ``False`` on timeout; ``True``
+        at once where ``/proc`` is not there (nothing to check)."""
+        proc = self.proc
+        if proc is None:
+            return False
+        tasks = Path(f"/proc/{proc.pid}/task")
+        if not tasks.is_dir():
+            return True
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            states = []
+            for stat in tasks.glob("*/stat"):
+                with contextlib.suppress(OSError):
+                    # "pid (comm) S ...": the state follows the last ')'.
+                    states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+            if states and all(state in ("T", "t") for state in states):
+                return True
+            time.sleep(0.005)
+        return False
+
     def send_signal(self, sig: signal.Signals) -> None:
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):

@@ -18,7 +18,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from aiozkconsumer._loops import close_loop
@@ -258,6 +258,30 @@ class ProxyLink:
         for broker_id in sorted(self._brokers):
             stats[f"broker-{broker_id}"] = self._brokers[broker_id].statistics()
         return stats
+
+    async def wait_statistics(
+        self, target: Literal["zookeeper"] | int, predicate: Callable[[ProxyStatistics], bool]
+    ) -> ProxyStatistics:
+        """Wait until ``predicate`` holds for a snapshot of one proxy of the link (checked now
+        and after each change: :meth:`TcpProxy.wait_statistics`). Bound it with
+        ``anyio.fail_after``.
+
+        Args:
+            target: ``"zookeeper"`` or a broker id.
+            predicate: called with each new snapshot, in the proxies' thread.
+
+        Returns:
+            The first snapshot for which ``predicate`` returned true.
+
+        Raises:
+            ValueError: if ``target`` is not a proxy of the link.
+            ProxyError: if the cluster's proxies are not running.
+        """
+        if target == "zookeeper" or isinstance(target, int):
+            (proxy,) = self._proxies(target)
+        else:
+            raise ValueError(f"target must be 'zookeeper' or a broker id, got {target!r}")
+        return await self._host.run(proxy.wait_statistics(predicate))
 
     def healed(self) -> bool:
         """Whether every proxy of the link passes bytes through both ways and listens."""

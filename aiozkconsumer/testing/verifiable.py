@@ -67,8 +67,11 @@ objects with ``topic`` and ``partition`` (and ``offset`` where said).
   ``before_releasing_partitions``, after the partitions stopped being handed out and were
   committed, before their owner nodes are deleted), ``"session_lost"`` (the ZooKeeper session
   was replaced: the old session's owner nodes are gone; ``session`` is the *old* session),
-  ``"shutdown"``, or ``"observed"`` (a difference seen in ``statistics().owned_partitions``
-  that no listener call reported; should not happen).
+  ``"shutdown"``, ``"lost"`` (a Kafka-coordinated member dropped partitions without the
+  listener because the coordinator had given them to another member: a fenced commit or
+  heartbeat; written the moment they are dropped, as the Java client's ``onPartitionsLost``),
+  or ``"observed"`` (a difference seen in ``statistics().owned_partitions`` that no listener
+  call reported; should not happen).
 - ``consumed``: ``topic``, ``partition``, ``min_offset``, ``max_offset``, ``count``, ``first``,
   ``last`` (the values at ``min_offset`` / ``max_offset`` as text): one event per partition per
   batch of ``stream.batches()``, written as the batch is handed out; ``handed_out_by`` (when
@@ -319,8 +322,11 @@ def _entries(
     return [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(tps)]
 
 
-START_ATTEMPTS = 4
-"""How often the verifiable consumer tries to open its ZooKeeper session at start."""
+START_ATTEMPTS = 6
+"""How often the verifiable consumer tries to open its session at start."""
+START_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+"""The waits between those attempts, s (a link cut that refuses connections fails an attempt
+at once: without a wait, four attempts took 40 ms and the member exited)."""
 
 
 def _text(value: Any) -> str | None:
@@ -391,6 +397,8 @@ class VerifiableConsumer:
         self.writer = writer
         self.config = ConsumerConfig.from_properties(options.consumer_properties())
         self.connector: ConsumerConnector = create_connector(self.config)
+        if not isinstance(self.connector, ZookeeperConsumerConnector):
+            self.connector.ownership.on_change(self._owned_changed)
         self._owned: set[TopicPartition] = set()
         self._session: str | None = None
         self._last_state: ConnectorState | None = None
@@ -463,6 +471,18 @@ class VerifiableConsumer:
                 generation=stats.completed_rebalances + 1 if generation is None else generation,
             )
         self._owned = owned
+
+    def _owned_changed(self) -> None:
+        """(Kafka-coordinated members, on every change of the owned set.) Record partitions
+        dropped without the listener, reason ``lost``, the moment they go: a fenced member
+        drops them and may be given the same partitions again a moment later, and a history
+        that missed the drop would join the two ownerships into one."""
+        if self.connector.state in (ConnectorState.CLOSING, ConnectorState.CLOSED):
+            return  # the shutdown records its own revocation
+        gone = self._owned - set(self.connector.ownership.owned())
+        if gone:
+            self._emit("revoked", partitions=_entries(sorted(gone)), reason="lost")
+            self._owned -= gone
 
     # -- the rebalance listener ----------------------------------------------------------
 
@@ -576,8 +596,9 @@ class VerifiableConsumer:
         every broker) is unreachable.
 
         What a process supervisor would do for a consumer started during a network cut:
-        each try is bounded by ``zookeeper.connection.timeout.ms``; after
-        ``START_ATTEMPTS`` the error is raised (and the process exits with status 1).
+        each try is bounded by ``zookeeper.connection.timeout.ms``, the next one comes after
+        ``START_BACKOFF_S``; after ``START_ATTEMPTS`` the error is raised (and the process
+        exits with status 1).
         """
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
@@ -588,6 +609,10 @@ class VerifiableConsumer:
                     raise
                 log.warning("start attempt %d failed: %s; trying again", attempt, e)
                 self._emit("error", error=f"start attempt {attempt}: {e}")
+                with anyio.move_on_after(START_BACKOFF_S[attempt - 1]):
+                    await self._stop.wait()
+                if self._stop.is_set():
+                    raise
 
     async def _consume(self, stream: KafkaStream) -> None:
         delay = self.options.processing_delay_ms / 1000

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import posixpath
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import aiozk
@@ -38,17 +38,18 @@ from aiozk import exc as zk_exc
 from aiozk import protocol as zk_protocol
 from aiozk.states import States
 
+from .._concurrency import gather
 from ..errors import (
     ZookeeperAuthError,
-    ZookeeperBadVersionError,
     ZookeeperConnectionError,
     ZookeeperError,
     ZookeeperNodeExistsError,
     ZookeeperNoNodeError,
-    ZookeeperSessionExpiredError,
 )
 from ..security import ZookeeperSecurity
 from . import layout
+from .error_map import map_zk_errors as map_zk_errors  # the adapter's boundary, re-exported
+from .ops import Create, Delete, MultiResult, Op, SetData
 from .session import (
     _BOUND_SESSION,
     RECONNECT_BACKOFF_CAP_FRACTION,
@@ -56,6 +57,13 @@ from .session import (
     _PromptSession,
     describe_connect_error,
     reconnect_backoff_s,
+)
+from .transactions import (
+    MAX_READS_PER_REQUEST,
+    MULTI_READ_SINCE,
+    MultiReadRequest,
+    judge_transaction,
+    read_results,
 )
 
 __all__ = [
@@ -218,60 +226,6 @@ async def close_raw(raw: Any, time_limit: float = 5.0) -> None:
         with anyio.CancelScope(shield=True):
             await force_close(raw)
         raise
-
-
-@contextlib.contextmanager
-def map_zk_errors(
-    path: str | None = None, *, op: str = "operation", auth_scheme: str | None = None
-) -> Iterator[None]:
-    """Translate aiozk exceptions raised inside the block into ``ZookeeperError``s.
-
-    ``NoNode``, ``NodeExists`` and ``BadVersion`` become their own classes, as kazoo's
-    ``NoNodeError`` / ``NodeExistsError`` / ``BadVersionError``: callers catch the class.
-    ``NoAuth`` (the node's ACL), ``InvalidACL`` (an ACL the client cannot set) and
-    ``AuthFailed`` (the credentials) become :class:`~aiozkconsumer.errors.ZookeeperAuthError`.
-
-    Args:
-        path: the node the block works on (named in every message).
-        op: what the block does to it (``"create"``, ``"delete"`` ...), for ``NoAuth``.
-        auth_scheme: the scheme of the client's ``zookeeper.auth`` (never the
-            credentials), or ``None`` without one, for the auth messages.
-    """
-    try:
-        yield
-    except zk_exc.NodeExists as e:
-        raise ZookeeperNodeExistsError(path or "?") from e
-    except zk_exc.NoNode as e:
-        raise ZookeeperNoNodeError(path or "?") from e
-    except zk_exc.BadVersion as e:
-        raise ZookeeperBadVersionError(path or "?") from e
-    except zk_exc.NoAuth as e:
-        who = f"zookeeper.auth scheme {auth_scheme}" if auth_scheme else "no zookeeper.auth set"
-        raise ZookeeperAuthError(
-            path, f"ZooKeeper {op} not allowed on {path} by its ACL ({who})"
-        ) from e
-    except zk_exc.InvalidACL as e:
-        raise ZookeeperAuthError(
-            path,
-            f"ZooKeeper refused the ACL of {path}: zookeeper.set.acl=true gives the creator "
-            "every right, which needs an authenticated client (zookeeper.auth, or a TLS "
-            "client certificate)",
-        ) from e
-    except zk_exc.AuthFailed as e:
-        raise ZookeeperAuthError(
-            None,
-            f"ZooKeeper refused the credentials of zookeeper.auth (scheme {auth_scheme})",
-        ) from e
-    except (zk_exc.SessionLost, zk_exc.SessionExpired) as e:
-        raise ZookeeperSessionExpiredError(
-            f"ZooKeeper session expired{f' (at {path})' if path else ''}"
-        ) from e
-    except (zk_exc.ConnectError, zk_exc.ConnectionLoss, zk_exc.TimeoutError) as e:
-        raise ZookeeperConnectionError(
-            f"ZooKeeper connection lost{f' (at {path})' if path else ''}: {e!r}"
-        ) from e
-    except zk_exc.ZKError as e:
-        raise ZookeeperError(f"ZooKeeper error {type(e).__name__} at {path}: {e}") from e
 
 
 _MULTI_EXPECTED_FAILURES = (
@@ -531,6 +485,46 @@ class ZkClient:
             return None
         return (data or b"", stat)
 
+    async def get_many(self, paths: Iterable[str]) -> list[tuple[bytes, Any] | None]:
+        """Read the data and stat of each of ``paths`` in one request (``multiRead``, up to
+        :data:`MAX_READS_PER_REQUEST` paths a request); ``None`` where a node does not exist.
+
+        Against a server older than :data:`MULTI_READ_SINCE`, one request per node, all in
+        flight at once.
+
+        Returns:
+            Per path, in order, ``(data, stat)`` or ``None``.
+
+        Raises:
+            ZookeeperAuthError: a node's ACL does not allow reading it (``path`` names it).
+            ZookeeperConnectionError: ZooKeeper is unreachable.
+        """
+        paths = list(paths)
+        if len(paths) < 2 or not self._multi_read_supported():
+            return list(await gather(self.get(path) for path in paths))
+        chunks = [
+            paths[i : i + MAX_READS_PER_REQUEST]
+            for i in range(0, len(paths), MAX_READS_PER_REQUEST)
+        ]
+        out: list[tuple[bytes, Any] | None] = []
+        for got in await gather(self._multi_read(chunk) for chunk in chunks):
+            out.extend(got)
+        return out
+
+    def _multi_read_supported(self) -> bool:
+        version = getattr(getattr(self._zk.session, "conn", None), "version_info", None)
+        return version is not None and tuple(version) >= MULTI_READ_SINCE
+
+    def _multi_read_request(self, paths: Sequence[str]) -> Any:
+        request = MultiReadRequest()
+        for path in paths:
+            request.add(zk_protocol.GetDataRequest(path=self._zk.normalize_path(path), watch=False))
+        return request
+
+    async def _multi_read(self, paths: list[str]) -> list[tuple[bytes, Any] | None]:
+        response = await self._call(paths[0], self._zk.send(self._multi_read_request(paths)))
+        return read_results(paths, list(response.responses), self._auth_scheme)
+
     async def get_data(self, path: str) -> bytes | None:
         """Return a node's data, or ``None`` if it does not exist."""
         got = await self.get(path)
@@ -543,6 +537,20 @@ class ZkClient:
             return list(children)
         except ZookeeperNoNodeError:
             return None
+
+    async def get_children_and_stat(self, path: str) -> tuple[list[str], Any] | None:
+        """Return a node's children (unsorted) and its stat from one snapshot (ZooKeeper's
+        ``getChildren2``), or ``None`` if the node does not exist.
+
+        The stat's ``child_version`` counts the creations and deletions of children up to
+        exactly the list returned.
+        """
+        request = zk_protocol.GetChildren2Request(path=self._zk.normalize_path(path), watch=False)
+        try:
+            response = await self._call(path, self._zk.send(request), "list")
+        except ZookeeperNoNodeError:
+            return None
+        return list(response.children), response.stat
 
     async def exists(self, path: str, *, watch: bool = False) -> bool:
         """Whether a node exists (optionally leaving an exists-watch)."""
@@ -738,6 +746,96 @@ class ZkClient:
             if got is None or got[1].version != fence_version:
                 return False
         return False
+
+    async def multi(self, ops: Sequence[Op]) -> MultiResult:
+        """Apply ``ops`` as one ZooKeeper transaction (``multi``): all of them or none.
+
+        One request, one round trip and one entry in the server's log, whatever the number
+        of operations. Created nodes get :func:`acl_for`'s ACL; a multi creates no parents.
+
+        Args:
+            ops: the operations, applied in order; none: nothing is sent.
+
+        Returns:
+            The result: applied, with each :class:`~aiozkconsumer.zk.ops.SetData`'s new
+            version; or not applied, naming the operation that failed and its error
+            (``ZookeeperNoNodeError``, ``ZookeeperNodeExistsError`` or
+            ``ZookeeperBadVersionError`` for its node, as the operation alone would raise).
+
+        Raises:
+            ZookeeperAuthError: an ACL does not allow one of the operations (``path`` names
+                its node). Nothing was applied.
+            ZookeeperConnectionError: ZooKeeper is unreachable (the transaction may or may
+                not have been applied: whole, if at all).
+            ZookeeperSessionExpiredError: the session (or the one the caller is bound to)
+                expired.
+        """
+        ops = tuple(ops)
+        if not ops:
+            return MultiResult(ops=ops)
+        response = await self._call(ops[0].path, self._zk.send(self._transaction(ops)), "write")
+        return judge_transaction(ops, list(response.responses), self._auth_scheme)
+
+    async def multi_and_read(
+        self, ops: Sequence[Op], paths: Sequence[str]
+    ) -> tuple[MultiResult, list[tuple[bytes, Any] | None] | None]:
+        """Apply ``ops`` as one transaction (:meth:`multi`) and read ``paths`` right behind it
+        on the same connection, in one round trip.
+
+        The server handles one session's requests in order, so the reads see the transaction
+        applied. Sent together only where the server answers ``multiRead`` (one request for
+        the reads) and with at most :data:`MAX_READS_PER_REQUEST` paths; otherwise, and when
+        the connection drops meanwhile, this is :meth:`multi` alone (sent again on a new
+        connection as every request) and nothing is read.
+
+        Returns:
+            ``(the transaction's result, per path (data, stat) or None)``; the reads are
+            ``None`` when not made or when the transaction was not applied.
+
+        Raises:
+            As :meth:`multi`; a read's ACL (``ZookeeperAuthError``).
+        """
+        ops = tuple(ops)
+        if not ops:
+            return MultiResult(ops=ops), None
+        if not paths or len(paths) > MAX_READS_PER_REQUEST or not self._multi_read_supported():
+            return await self.multi(ops), None
+        reads = self._multi_read_request(paths)
+        session = self._zk.session
+        try:
+            answers = await self._call(
+                ops[0].path, session.send_in_order([self._transaction(ops), reads]), "write"
+            )
+        except ZookeeperConnectionError:
+            return await self.multi(ops), None
+        transaction, read = answers
+        if isinstance(transaction, Exception):
+            with map_zk_errors(ops[0].path, op="write", auth_scheme=self._auth_scheme):
+                raise transaction
+        result = judge_transaction(ops, list(transaction.responses), self._auth_scheme)
+        if not result.applied:
+            return result, None
+        if isinstance(read, Exception):
+            with map_zk_errors(paths[0], op="read", auth_scheme=self._auth_scheme):
+                raise read
+        return result, read_results(list(paths), list(read.responses), self._auth_scheme)
+
+    def _transaction(self, ops: Sequence[Op]) -> Any:
+        """The aiozk request of a transaction of ``ops``."""
+        txn = self._zk.begin_transaction()
+        set_acl = self.security.set_acl
+        for op in ops:
+            if isinstance(op, Create):
+                txn.create(op.path, op.data, acl=acl_for(op.path, set_acl), ephemeral=op.ephemeral)
+            elif isinstance(op, SetData):
+                txn.set_data(op.path, op.data, op.version)
+            elif isinstance(op, Delete):
+                txn.delete(op.path, op.version)
+            else:
+                txn.check_version(op.path, op.version)
+        request = txn.request
+        request.writes_data = True  # aiozk's TransactionRequest says False (read-only mode)
+        return request
 
     async def delete_if_owned(self, path: str) -> bool:
         """Delete an ephemeral node only if this session owns it.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import random
 import re
@@ -109,6 +110,9 @@ class _NotifyingConnection(_AiozkConnection):  # type: ignore[misc]  # aiozk is 
         super().__init__(*args, **kwargs)
         self._on_dropped = on_dropped
         self._ssl_context = ssl_context
+        self._outbox: list[bytes] = []
+        self._flush_scheduled = False
+        self._drop_reported = False
 
     async def connect(self) -> None:
         if self._ssl_context is None:
@@ -164,9 +168,42 @@ class _NotifyingConnection(_AiozkConnection):  # type: ignore[misc]  # aiozk is 
 
     async def read_response(self, initial_connect: bool = False) -> Any:
         try:
-            return await super().read_response(initial_connect)
+            answer = await super().read_response(initial_connect)
         except ssl.SSLError as e:  # a TLS connection the server dropped: not an error to log
             raise ConnectionAbortedError(f"TLS connection lost: {e}") from e
+        xid = answer[0]
+        if xid is not None and xid > 0 and self.pending:
+            # Requests enter ``pending`` in the order sent (ascending xids) and leave it when
+            # answered: the first is the oldest still waiting (O(1) per answer, however many
+            # a rebalance pipelines).
+            oldest = next(iter(self.pending))
+            if 0 < oldest < xid and xid - oldest < _XID_WRAP_GUARD:
+                lost = [x for x in itertools.islice(self.pending, 5) if 0 < x < xid]
+                # After this answer is handed to its request (the read loop does that next).
+                asyncio.get_running_loop().call_soon(self._answered_out_of_order, xid, lost)
+        return answer
+
+    def _answered_out_of_order(self, xid: int, lost: list[int]) -> None:
+        """The server answered request ``xid`` while earlier ones wait: those never reached it.
+
+        ZooKeeper answers one session's requests in the order sent, so an earlier request
+        still unanswered was lost on the way (bytes dropped by a middlebox while the TCP
+        connection stayed up). Its caller would wait for the request timeout while later
+        requests, the session lease's among them, go through. As the Java client's
+        ``ClientCnxn`` does ("Xid out of order"), the connection is dropped: the session
+        sends the lost requests again on the next one.
+        """
+        if self.closing or self._drop_reported:
+            return
+        log.warning(
+            "ZooKeeper at %s:%s answered request %d before %s: lost on the way; reconnecting",
+            self.host,
+            self.port,
+            xid,
+            ", ".join(map(str, lost)),
+        )
+        self._drop_reported = True
+        self._on_dropped(self)
 
     async def authenticate(self, scheme: str, credentials: bytes) -> int:
         """Send AddAuth and wait for its answer, before the read loop runs.
@@ -200,14 +237,68 @@ class _NotifyingConnection(_AiozkConnection):  # type: ignore[misc]  # aiozk is 
             # this connection) or a stray reply would be dropped by the server's ordering.
             log.debug("ignoring a reply (xid %s) that came before AddAuth's", xid)
 
+    def send(self, request: Any, xid: int | None = None) -> asyncio.Future[Any]:
+        """As aiozk's ``Connection.send``, but what one turn of the event loop sends goes out
+        in one write.
+
+        aiozk writes each request to the socket at once: a rebalance's dozens of pipelined
+        requests (gathered creates, reads, deletes) become as many system calls and TCP
+        segments, each read and dispatched by the server on its own. Here they are queued and
+        written together when the loop turn ends (``call_soon``), in the order made, so the
+        server reads them in one go; nothing waits longer than that turn.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if self.closing:
+            future.set_exception(zk_exc.ConnectError(self.host, self.port))
+            return future
+        if request.special_xid:
+            xid = request.special_xid
+        payload = request.serialize(xid)
+        self.opcode_xref[xid] = request.opcode
+        if xid in zk_protocol.SPECIAL_XIDS:
+            self.pending_specials[xid].append(future)
+        else:
+            self.pending[xid] = future
+        self._outbox.append(size_struct.pack(len(payload)))
+        self._outbox.append(payload)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        """Write what :meth:`send` queued, in one write (nothing once the connection is
+        closed or aborted: its requests' futures failed, and the session sends them again)."""
+        self._flush_scheduled = False
+        data = b"".join(self._outbox)
+        self._outbox.clear()
+        if not data or self.writer is None or self.writer.is_closing():
+            return
+        try:
+            self.writer.write(data)
+        except Exception:
+            log.exception("writing to ZooKeeper %s:%s failed", self.host, self.port)
+            self.abort()
+
+    def abort(self, exception: type[Exception] = zk_exc.ConnectError) -> None:
+        self._outbox.clear()
+        super().abort(exception)
+
     def start_read_loop(self) -> None:
         super().start_read_loop()
         self.read_loop_task.add_done_callback(self._read_loop_done)
 
     def _read_loop_done(self, _task: asyncio.Task[None]) -> None:
-        if not self.closing:  # not a close of ours: the server or the network dropped it
+        # Not a close of ours (the server or the network dropped it), nor told already.
+        if not self.closing and not self._drop_reported:
+            self._drop_reported = True
             self._on_dropped(self)
 
+
+_XID_WRAP_GUARD = 1 << 30
+"""An unanswered xid this far below an answered one was issued after the counter wrapped
+(``Session.send`` restarts at 1 after ``0x7FFFFFFF``): it is newer, not lost."""
 
 _VERSION_LINE = re.compile(rb"Zookeeper version: (\d+)\.(\d+)\.(\d+)-.*")
 """The first line of ``srvr``'s answer (aiozk's ``connection.version_regex``)."""
@@ -493,6 +584,50 @@ class _PromptSession(_AiozkSession):  # type: ignore[misc]  # aiozk is untyped
             self.retry_policy.clear(request)
             if response:
                 return response
+
+    async def send_in_order(self, requests: list[Any]) -> list[Any]:
+        """Send ``requests`` back to back on one connection, bound as :meth:`send`.
+
+        The server handles one session's requests in the order sent, so each is answered
+        after the ones before it were applied (a read behind a transaction sees it), and all
+        of them take one round trip. Unlike :meth:`send`, nothing is sent again on a new
+        connection: the order would not hold.
+
+        Returns:
+            Per request, in order, its response, or the exception the server answered it with
+            (``NoNode`` ...).
+
+        Raises:
+            aiozk.exc.ConnectError: the connection dropped before every answer came (the
+                requests may or may not have been applied).
+            aiozk.exc.SessionLost: as :meth:`send`.
+        """
+        bound = _BOUND_SESSION.get()
+        pinned = bound if bound is not None else self._known_session_id
+        await self.ensure_safe_state(writing=any(r.writes_data for r in requests))
+        if pinned is not None and self.session_id != pinned:
+            raise zk_exc.SessionLost()
+        futures = []
+        for request in requests:
+            self.xid = 1 if self.xid >= 0x7FFFFFFF else self.xid + 1
+            futures.append(self.conn.send(request, xid=self.xid))
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        responses: list[Any] = []
+        for outcome in outcomes:
+            if isinstance(outcome, zk_exc.ConnectError):
+                if self.state != States.SUSPENDED:
+                    self.state.transition_to(States.SUSPENDED)
+                raise outcome
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome
+            if isinstance(outcome, Exception):
+                responses.append(outcome)
+                continue
+            zxid, response = outcome
+            self.last_zxid = zxid
+            responses.append(response)
+        self.set_heartbeat()
+        return responses
 
     async def find_server(self, allow_read_only: bool) -> None:
         attempt = 0

@@ -57,7 +57,7 @@ from ..errors import (
     ZookeeperSessionExpiredError,
 )
 from ..handover import MemberParts, StreamView
-from ..offsets import NO_OFFSET
+from ..offsets import NO_OFFSET, ZookeeperOffsetStore
 from ..plan import (
     Moves,
     plan_assignment,
@@ -89,6 +89,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
 
 class RebalanceListener(Protocol):
     """The two hooks the rebalancer calls (``ConsumerRebalanceListener``, 0.9+)."""
@@ -389,9 +390,21 @@ class Rebalancer:
         acquire = {tp: mine[tp] for tp in moves.acquire}
         if self.is_closing():
             return False
-        if await self.owners.claim(acquire, blocking) is None:
+        # With offsets in ZooKeeper, their nodes are read right behind the claims (one round
+        # trip for both; used only when the claims and every fencing bump were one
+        # transaction, so the read comes after both, as below).
+        zk_offsets = isinstance(self.offset_store, ZookeeperOffsetStore)
+        offset_paths = {
+            layout.offset_path(cfg.group_id, tp.topic, tp.partition): tp for tp in acquire
+        }
+        read_after = sorted(offset_paths) if zk_offsets else []
+        if await self.owners.claim(acquire, blocking, read_after=read_after) is None:
             return False
         tokens = await self.owners.fence(acquire)
+        read = self.owners.read_with_claims
+        prefetched = (
+            None if read is None else {offset_paths[path]: data for path, data in read.items()}
+        )
         clock.lap("fence")
         offsets: dict[TopicPartition, int] = {}
         self.unowned_partitions = {}
@@ -401,7 +414,7 @@ class Rebalancer:
             # noticed yet can no longer commit, so every commit that can still land is seen
             # (the original read before claiming, and could start below the group's commit;
             # a read before claiming would only find malformed nodes earlier).
-            offsets, unreadable = await self._fetch_offsets(acquire)
+            offsets, unreadable = await self._fetch_offsets(acquire, prefetched)
             for tp in unreadable:
                 offsets[tp] = NO_OFFSET  # offsets.malformed.reset: auto.offset.reset applies
             dropped = self._judge_unreadable(unreadable)
@@ -433,9 +446,14 @@ class Rebalancer:
             log.debug("[%s] starting the Kafka client: %s", self.consumer_id, e)
 
     async def _fetch_offsets(
-        self, tps: Iterable[TopicPartition]
+        self,
+        tps: Iterable[TopicPartition],
+        prefetched: Mapping[TopicPartition, bytes | None] | None = None,
     ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, MalformedZookeeperDataError]]:
         """Read the committed offsets of ``tps``, setting aside those whose node is malformed.
+
+        ``prefetched``: their ZooKeeper offset nodes' data, read with the claims (then not
+        read again).
 
         Returns:
             ``(offsets, unreadable)``: ``{tp: offset}`` of the readable partitions (``NO_OFFSET``
@@ -452,6 +470,8 @@ class Rebalancer:
         unreadable: dict[TopicPartition, MalformedZookeeperDataError] = {}
         while True:
             try:
+                if prefetched is not None and isinstance(self.offset_store, ZookeeperOffsetStore):
+                    return await self.offset_store.fetch(remaining, read=prefetched), unreadable
                 return await self.offset_store.fetch(remaining), unreadable
             except MalformedZookeeperDataError as e:
                 # The store names the first bad node; read the others again without it. Each
@@ -493,4 +513,3 @@ class Rebalancer:
             )
             unowned[tp] = str(error)
         return unowned
-

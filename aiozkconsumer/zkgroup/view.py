@@ -129,12 +129,14 @@ class ViewReader:
 
         async def read_members() -> None:
             nonlocal members, datas
-            # The child version first: a member joining between the two reads makes it look
-            # changed later (a re-plan), never unchanged.
-            ids = await zk.get(layout.ids_dir(group))
-            self.ids_version = None if ids is None else int(ids[1].child_version)
-            members = sorted(await zk.get_children(layout.ids_dir(group)) or [])
-            datas = await self._read_registrations(members, ids)
+            # The list and the child version from one snapshot: the version counts exactly
+            # the joins and leaves up to this list (a member joining after it makes the view
+            # look changed later, a re-plan).
+            listed = await zk.get_children_and_stat(layout.ids_dir(group))
+            stat = None if listed is None else listed[1]
+            self.ids_version = None if stat is None else int(stat.child_version)
+            members = [] if listed is None else sorted(listed[0])
+            datas = await self._read_registrations(members, stat)
 
         async def read_partitions() -> None:
             partitions.update(await cluster.partitions_for_topics(guess))
@@ -183,55 +185,39 @@ class ViewReader:
             topic_counts=topic_counts, partitions={t: partitions[t] for t in sorted(topics)}
         )
 
-    async def _read_registrations(
-        self, members: list[str], ids: tuple[bytes, Any] | None
-    ) -> list[bytes | None]:
+    async def _read_registrations(self, members: list[str], stat: Any) -> list[bytes | None]:
         """The registration data of ``members``, in order (``None``: gone meanwhile).
 
         A registration is written once and never updated, so the data the previous view read
         still holds for a member listed by both views unless it was deleted and registered
-        again in between, which the ``/ids`` child version tells
-        (:func:`plan.registrations_still_valid`): the version is read again (after the list)
-        together with the data of the members not seen before, and only when it does not
-        account for every change is every registration read again, as the original always
-        did. A view of one join or leave thus reads one registration, or none, instead of
-        all of them.
+        again in between, which the ``/ids`` child versions of the two lists tell
+        (:func:`plan.registrations_still_valid`; each version is read with its list, in one
+        snapshot): only when they do not account for every change is every registration read
+        again, as the original always did. A view of one join or leave thus reads one
+        registration, or none, instead of all of them, in one round trip after the list.
 
         Args:
             members: the members just listed.
-            ids: ``/ids``'s data and stat, read before the list (``None``: no such node).
+            stat: ``/ids``'s stat, read with the list (``None``: no such node).
         """
         zk, group = self.zk, self.config.group_id
         known = self._registrations
-        node = None if ids is None else int(ids[1].created_zxid)
-        before = None if ids is None else int(ids[1].child_version)
+        node = None if stat is None else int(stat.created_zxid)
+        version = None if stat is None else int(stat.child_version)
         got: dict[str, bytes | None] = {}
-        after: list[tuple[int, int] | None] = []
-
-        async def read(member: str) -> None:
-            got[member] = await zk.get_data(layout.ids_path(group, member))
-
-        async def read_version() -> None:
-            again = await zk.get(layout.ids_dir(group))
-            after.append(
-                None if again is None else (int(again[1].created_zxid), int(again[1].child_version))
-            )
-
         previous = self._registrations_view
-        if previous is not None and node is not None and known:
-            await gather([read_version(), *(read(m) for m in members if m not in known)])
+        if previous is not None and node is not None and version is not None and known:
             prev_node, prev_version, prev_members = previous
-            valid = (
-                after[0] is not None
-                and after[0][0] == prev_node == node
-                and registrations_still_valid(prev_members, prev_version, members, after[0][1])
-            )
-            if valid:
-                got.update({m: known[m] for m in members if m not in got})
-        await gather(read(m) for m in members if m not in got)
+            if prev_node == node and registrations_still_valid(
+                prev_members, prev_version, members, version
+            ):
+                got.update({m: known[m] for m in members if m in known})
+        unread = [m for m in members if m not in got]
+        read = await zk.get_many(layout.ids_path(group, m) for m in unread)
+        got.update({m: None if r is None else r[0] for m, r in zip(unread, read, strict=True)})
         datas = [got[m] for m in members]
         self._registrations = {m: d for m, d in zip(members, datas, strict=True) if d is not None}
-        self._registrations_view = None if node is None else (node, before or 0, tuple(members))
+        self._registrations_view = None if node is None else (node, version or 0, tuple(members))
         return datas
 
     async def membership_changed(self) -> bool:

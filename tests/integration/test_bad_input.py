@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,11 @@ class FakeZk:
 
     async def get_data(self, path: str) -> bytes | None:
         return self.nodes.get(path)
+
+    async def get_many(self, paths: Iterable[str]) -> list[tuple[bytes, None] | None]:
+        # ZkClient.get_many (one multiRead): per path its data and stat, None when missing.
+        datas = [self.nodes.get(path) for path in paths]
+        return [None if data is None else (data, None) for data in datas]
 
     async def set_or_create(self, path: str, data: bytes) -> None:
         self.nodes[path] = data

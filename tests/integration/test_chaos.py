@@ -25,7 +25,15 @@ from aiozkconsumer import ConnectorState, ConsumerConfig, ZookeeperConsumerConne
 from aiozkconsumer.subscription import ConsumerThreadId
 from aiozkconsumer.testing import ChaosReport, FaultKind, LocalCluster, ProxyLink, run_chaos
 from aiozkconsumer.testing.chaos import ChaosConfig, Fault, FaultOutcome, FaultScheduler
-from aiozkconsumer.testing.history import CheckResult, Handover, InjectedFault, ZookeeperRestart
+from aiozkconsumer.testing.history import (
+    DUPLICATE_WINDOW_TOLERANCE_S,
+    AnomalyKind,
+    CheckResult,
+    Handover,
+    InjectedFault,
+    ZookeeperRestart,
+)
+from aiozkconsumer.testing.proxy import FaultMode
 
 SEED_ENV = "AIOZKCONSUMER_CHAOS_SEED"
 DEFAULT_SEED = 20251121
@@ -37,6 +45,9 @@ FAULT_PHASE_S = 300.0
 minutes on a two-core machine: the whole test takes 6 to 8 minutes (bounded at 15)."""
 SESSION_TIMEOUT_MS = 6000
 ZK_TICK_MS = 1000
+COMPOUND = 0.25
+"""One healed ZooKeeper link cut in four is followed by a kill of its member within a session
+timeout (``FaultScheduler``'s ``compound``): the compound fault in every CI run."""
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +76,11 @@ def _seed() -> int:
 def test_schedule_is_a_function_of_the_seed() -> None:
     def plan(seed: int) -> list[str]:
         scheduler = FaultScheduler(
-            seed, consumers=CONSUMERS, brokers=[0], session_timeout_ms=SESSION_TIMEOUT_MS
+            seed,
+            consumers=CONSUMERS,
+            brokers=[0],
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            compound=COMPOUND,
         )
         return [str(f) for f in scheduler.plan(FAULT_PHASE_S)]
 
@@ -80,9 +95,14 @@ def test_schedule_is_a_function_of_the_seed() -> None:
 def test_ci_schedule_restarts_zookeeper_and_cuts_its_links() -> None:
     """The hand-over bounds and the short-restart rule are judged on the CI run: its schedule
     has ZooKeeper restarts, some shorter than T/2 (by plan; ZooKeeper's start adds to that),
-    and ZooKeeper link cuts, of one consumer and of every one."""
+    and ZooKeeper link cuts, of one consumer and of every one, some healed cuts followed by a
+    kill of their member within a session timeout (the compound fault)."""
     faults = FaultScheduler(
-        _seed(), consumers=CONSUMERS, brokers=[0], session_timeout_ms=SESSION_TIMEOUT_MS
+        _seed(),
+        consumers=CONSUMERS,
+        brokers=[0],
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        compound=COMPOUND,
     ).plan(FAULT_PHASE_S)
     restarts = [f for f in faults if f.kind is FaultKind.ZOOKEEPER_RESTART]
     cuts = [f for f in faults if f.kind is FaultKind.ZOOKEEPER_LINK]
@@ -90,6 +110,17 @@ def test_ci_schedule_restarts_zookeeper_and_cuts_its_links() -> None:
     assert any(f.duration_s < SESSION_TIMEOUT_MS / 1000 / 4 for f in restarts)
     assert len(cuts) >= 10
     assert {f.member is None for f in cuts} == {True, False}
+    t = SESSION_TIMEOUT_MS / 1000
+    compounds = [
+        (cut, kill)
+        for cut in cuts
+        for kill in faults
+        if kill.kind is FaultKind.KILL
+        and cut.member is not None
+        and kill.member == cut.member
+        and 0 < kill.at_s - (cut.at_s + cut.duration_s) <= t
+    ]
+    assert len(compounds) >= 2, [str(f) for f in faults]
 
 
 def _report(result: CheckResult, outcomes: tuple[FaultOutcome, ...] = ()) -> ChaosReport:
@@ -301,6 +332,63 @@ async def test_zookeeper_cut_shorter_than_the_session_timeout_causes_no_rebalanc
         tg.cancel_scope.cancel()
 
 
+# -- the compound fault: a crash soon after a healed ZooKeeper cut ---------------------------
+
+COMPOUND_COMMIT_INTERVAL_MS = 1000
+
+
+@pytest.mark.integration
+@pytest.mark.chaos
+@pytest.mark.timeout(240)
+async def test_a_kill_soon_after_a_healed_zookeeper_cut_stays_within_the_compound_window(
+    chaos_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Member 0's ZooKeeper link blackholed for half a session timeout, healed, and the
+    member SIGKILLed two seconds later (the compound fault of ``docs/failure-semantics.md``):
+    the partitions it held move with duplicates only within ``I + T + ε``, judged as
+    ``kill_after_zookeeper_link``; nothing lost, no partition owned twice."""
+    t_s = SESSION_TIMEOUT_MS / 1000
+    cut = Fault(
+        1,
+        4.0,
+        FaultKind.ZOOKEEPER_LINK,
+        member=0,
+        duration_s=t_s / 2,
+        mode=FaultMode.BLACKHOLE,
+        direction="both",
+    )
+    kill = Fault(2, cut.at_s + cut.duration_s + 2.0, FaultKind.KILL, member=0)
+    duration_s = kill.at_s + 6.0
+    report = await run_chaos(
+        chaos_cluster,
+        consumers=2,
+        partitions=4,
+        records=int(200 * duration_s),
+        duration_s=duration_s,
+        seed=_seed(),
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        events_dir=tmp_path / "compound",
+        faults=[cut, kill],
+        finish_timeout_s=90.0,
+        commit_interval_ms=COMPOUND_COMMIT_INTERVAL_MS,
+    )
+    why = _failure(report)
+    assert report.finished and not report.harness_problems, why
+    assert not report.unexpected_exits, why
+    assert report.result.safety_ok and report.result.lost == 0, why
+    assert AnomalyKind.DUPLICATE not in report.result.by_kind(), why
+    moved = [h for h in report.result.handovers if h.fault_number == kill.number]
+    assert moved, [str(h) for h in report.result.handovers]
+    bound = (COMPOUND_COMMIT_INTERVAL_MS + SESSION_TIMEOUT_MS) / 1000
+    for h in moved:
+        assert h.fault_kind == "kill_after_zookeeper_link", (str(h), why)
+        assert h.bound_s == pytest.approx(bound + DUPLICATE_WINDOW_TOLERANCE_S), str(h)
+        assert h.window_s <= h.bound_s, (str(h), why)
+    logging.getLogger(__name__).info(
+        "compound fault: hand-overs %s", [(h.partition, h.duplicates, h.window_s) for h in moved]
+    )
+
+
 # -- the chaos run ---------------------------------------------------------------------------
 
 
@@ -336,6 +424,7 @@ async def test_chaos_run_leaves_a_clean_history(
         seed=seed,
         session_timeout_ms=SESSION_TIMEOUT_MS,
         events_dir=tmp_path / "chaos",
+        compound=COMPOUND,
     )
     logging.getLogger(__name__).info(
         "chaos run took %.0f s:\n%s", time.monotonic() - began, report.summary()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import socket
 import struct
 from collections.abc import AsyncIterator
 from typing import Any
@@ -190,10 +191,41 @@ def test_the_plan_caps_the_response_at_the_free_slots() -> None:
     plan = plan_fetch(ptis, {}, lambda q: free[id(q)], 50_000_000)
     # Every partition is asked for (none waits behind an empty one) ...
     assert [p.partition for p in plan.fetch] == [0, 1, 2, 3, 4]
-    # ... but the response cannot bring more than the room left: 1 + 3 slots of 1000 bytes.
-    assert plan.max_bytes == 4000
-    assert {k: n for k, (_, n) in plan.slots.items()} == free
+    # ... but the response cannot bring more than the room left: q1's one free slot, and
+    # one slot of q2 (its one partition brings one chunk, however much room is free): 2 x
+    # 1000 bytes.
+    assert plan.max_bytes == 2000
+    assert {k: n for k, (_, n) in plan.slots.items()} == {id(q1): 1, id(q2): 1}
     assert plan.blocked == {}
+
+
+async def test_a_broker_loop_long_polling_an_idle_partition_leaves_a_shared_stream_room() -> None:
+    """Two brokers' loops feed one stream (the default byte budget: 16 slots of 1 MiB).
+    The first loop's request, in flight, must leave room for the second; and when it does
+    hold the last of it, its release wakes the loop waiting for room. Reserving every free
+    slot starved the second broker's partition for good while the first long-polled."""
+    config = ConsumerConfig(group_id="g", zookeeper_connect="x:1")
+    manager = FetcherManager(None, config)  # type: ignore[arg-type]
+    slot = config.fetch_message_max_bytes
+    queue = ChunkQueue(0, max_bytes=16 * slot, slot_bytes=slot)
+    idle, other = _pti(1, queue, size=slot), _pti(0, queue, size=slot)
+    first = plan_fetch([idle], {}, manager.free_slots, config.fetch_max_bytes)
+    assert [s for _, s in first.slots.values()] == [1]
+    with manager.reserve(first.slots.values()):
+        second = plan_fetch([other], {}, manager.free_slots, config.fetch_max_bytes)
+        assert second.fetch == [other]
+    # A fetch holding the last free slot: the waiting loop is woken by its release.
+    crowd = [_pti(p, queue, size=slot) for p in range(2, 40)]
+    greedy = plan_fetch(crowd, {}, manager.free_slots, config.fetch_max_bytes)
+    event = anyio.Event()
+    with manager.notify_on_room([queue], event):  # the waiting loop, as _run registers it
+        with manager.reserve(greedy.slots.values()) as reservation:
+            blocked = plan_fetch([other], {}, manager.free_slots, config.fetch_max_bytes)
+            assert blocked.fetch == [] and list(blocked.blocked.values()) == [queue]
+            assert not event.is_set()
+        assert reservation.woke and event.is_set()
+    assert queue.reserved == 0
+    assert plan_fetch([other], {}, manager.free_slots, config.fetch_max_bytes).fetch == [other]
 
 
 def test_a_full_stream_is_left_out_and_others_go_on() -> None:
@@ -201,11 +233,11 @@ def test_a_full_stream_is_left_out_and_others_go_on() -> None:
     other: ChunkQueue = ChunkQueue(1)
     ptis = [_pti(0, full), _pti(1, other), _pti(2, other, offset=-1), _pti(3, other)]
     free = {id(full): 0, id(other): 2}
-    plan = plan_fetch(ptis, {TopicPartition("t", 3): ptis[3]}, lambda q: free[id(q)], 1500)
+    plan = plan_fetch(ptis, {TopicPartition("t", 3): ptis[3]}, lambda q: free[id(q)], 800)
     assert [p.partition for p in plan.fetch] == [1]
     assert [p.partition for p in plan.reset] == [2]
     assert list(plan.blocked.values()) == [full]
-    assert plan.max_bytes == 1500  # fetch.max.bytes is the lower cap here
+    assert plan.max_bytes == 800  # fetch.max.bytes is the lower cap here
 
 
 def test_a_partition_taken_again_onto_another_stream_is_not_held_by_the_old_wait() -> None:
@@ -323,9 +355,21 @@ async def test_the_own_connection_returns_what_aiokafka_returns_kraft(
         await client.close()
 
 
+def _drop(connection: FetchConnection) -> None:
+    """Drop an open connection under the request in flight, as a broker going away would."""
+    link = connection._link
+    if link is not None:  # the I/O thread's blocking socket
+        socket.socket.shutdown(link._sock, socket.SHUT_RDWR)
+        return
+    proto = connection._protocol
+    assert proto is not None and proto.transport is not None
+    proto.transport.abort()
+
+
 @pytest_integration
+@pytest.mark.parametrize("io_thread", [True, False], ids=["io-thread", "event-loop"])
 async def test_a_dropped_connection_fails_the_fetch_and_the_next_reconnects(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, kafka: KafkaClient
+    zk_kafka_cluster: LocalCluster, unique_topic: str, kafka: KafkaClient, io_thread: bool
 ) -> None:
     await zk_kafka_cluster.create_topic(unique_topic, 1)
     await zk_kafka_cluster.produce(unique_topic, [(None, b"v")], partition=0)
@@ -333,6 +377,7 @@ async def test_a_dropped_connection_fails_the_fetch_and_the_next_reconnects(
     node = kafka.leader_for(TopicPartition(unique_topic, 0))
     assert node is not None
     channel = kafka.fetch_channel(node)
+    channel.connection.io_thread = io_thread
     try:
         # Past the log end: the broker holds the request for max_wait; drop it meanwhile.
         waiting = FetchRequest(5000, 1, 1 << 20, 0, [(unique_topic, [(0, 1, 1 << 20)])])
@@ -342,9 +387,7 @@ async def test_a_dropped_connection_fails_the_fetch_and_the_next_reconnects(
                 async def drop() -> None:
                     await anyio.sleep(0.5)
                     assert channel.connection.connected
-                    proto = channel.connection._protocol
-                    assert proto is not None and proto.transport is not None
-                    proto.transport.abort()
+                    _drop(channel.connection)
 
                 tg.start_soon(drop)
                 with pytest.raises(BrokerNotAvailableError):
@@ -488,20 +531,37 @@ async def test_a_partition_moved_onto_another_stream_while_its_chunk_waits_is_fe
 
 
 class _FakeBroker:
-    """A loopback server that reads one request and answers ``reply`` (or nothing)."""
+    """A loopback server that reads one request and answers ``reply`` (or nothing).
 
-    def __init__(self, reply: bytes | None) -> None:
+    With ``hang_up``, the connection is then reset at once (``"reset"``: SO_LINGER 0, as the
+    kernel does for a killed process with unread data) or closed (``"close"``), instead of
+    waiting for the client to drop it. ``reply`` may be a callable of the request's
+    correlation id.
+    """
+
+    def __init__(self, reply: Any, hang_up: str | None = None) -> None:
         self.reply = reply
+        self.hang_up = hang_up
         self.done = asyncio.Event()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             (size,) = struct.unpack(">i", await reader.readexactly(4))
-            await reader.readexactly(size)
-            if self.reply is not None:
-                writer.write(self.reply)
-            with contextlib.suppress(ConnectionError):
-                await reader.read()  # until the client drops the connection
+            request = await reader.readexactly(size)
+            reply = self.reply
+            if callable(reply):
+                reply = reply(struct.unpack_from(">i", request, 4)[0])
+            if reply is not None:
+                writer.write(reply)
+                await writer.drain()
+            if self.hang_up == "reset":
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                writer.transport.abort()
+                return
+            if self.hang_up is None:
+                with contextlib.suppress(ConnectionError):
+                    await reader.read()  # until the client drops the connection
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError):
@@ -766,21 +826,28 @@ def _tls_contexts() -> tuple[Any, Any, Any]:
     return server, client, untrusting
 
 
-async def test_tls_and_sasl_under_the_buffered_protocol() -> None:
-    """asyncio's SSL transport decrypts into the buffers the protocol hands it."""
+@pytest.mark.parametrize("io_thread", [True, False], ids=["io-thread", "event-loop"])
+async def test_tls_and_sasl_under_either_receiver(io_thread: bool) -> None:
+    """asyncio's SSL transport, or the I/O thread's SSL socket, decrypts into the buffers
+    the parser hands out; the SASL exchange runs from the loop over either."""
     server_ctx, client_ctx, _ = _tls_contexts()
     broker = _SaslBroker()
     security = _plain(ssl_context=client_ctx)
     security = KafkaSecurity(**{**security.__dict__, "security_protocol": "SASL_SSL"})
     async with _serving(broker, server_ctx) as address:
-        conn = FetchConnection(1, lambda: address, "test", 5.0, security=security)
+        conn = FetchConnection(
+            1, lambda: address, "test", 5.0, security=security, io_thread=io_thread
+        )
         try:
             with anyio.fail_after(10):
                 response = await conn.fetch(_fetch_v11(), 100)
+                assert (conn._link is not None) is io_thread
+                again = await conn.fetch(_fetch_v11(), 100)
         finally:
             conn.close()
     assert [p[-1] for p in response.topics[0][1]] == TOPICS[0][1]
-    assert broker.authentications == 1
+    assert again.topics == response.topics
+    assert broker.authentications == 1 and conn.connects == 1
 
 
 async def test_an_untrusted_certificate_is_an_ssl_authentication_error() -> None:
@@ -850,3 +917,163 @@ def test_tls_failures_are_explained() -> None:
     assert "does not speak TLS" in (
         tls_failure_reason(ConnectionResetError(), "h", handshake=True) or ""
     )
+
+
+# -- the I/O thread (io_thread=True, fetch.io.thread.enable) --------------------------------
+
+
+@pytest.mark.parametrize("hang_up", ["reset", "close"])
+@pytest.mark.parametrize("io_thread", [True, False], ids=["io-thread", "event-loop"])
+async def test_a_broker_gone_mid_response_is_broker_not_available(
+    io_thread: bool, hang_up: str
+) -> None:
+    """Half a response (a record set cut in its middle), then the broker is gone."""
+    big: list[tuple[str, list[bytes | None]]] = [("alpha", [b"x" * 300_000, b"y" * 300_000])]
+    broker = _FakeBroker(lambda corr: _encoded(11, corr, big)[:400_000], hang_up=hang_up)
+    server = await asyncio.start_server(broker.handle, "127.0.0.1", 0)
+    port = int(server.sockets[0].getsockname()[1])
+    async with server:
+        conn = FetchConnection(1, lambda: ("127.0.0.1", port), "test", 5.0, io_thread=io_thread)
+        request = FetchRequest(100, 1, 1 << 20, 0, [("alpha", [(0, 0, 1 << 20)])])
+        with anyio.fail_after(10):
+            with pytest.raises(BrokerNotAvailableError):
+                await conn.fetch(request.build(_v11()), 100)
+            assert not conn.connected
+            await broker.done.wait()
+        conn.close()
+        conn.close()  # twice: never raises
+
+
+async def _wait_released(link: Any) -> None:
+    """Until the I/O thread has let go of the link's socket (and closed it)."""
+    with anyio.fail_after(5):
+        while True:
+            if not link._busy and link._sock.fileno() == -1:
+                return
+            await anyio.sleep(0.01)
+
+
+async def _busy_link(conn: FetchConnection) -> Any:
+    """The connection's link once its thread is in a request."""
+    while True:
+        link = conn._link
+        if link is not None and link._busy:
+            return link
+        await anyio.sleep(0.01)
+
+
+@pytest.mark.parametrize("how", ["cancelled", "timed-out"])
+async def test_a_fetch_given_up_on_closes_the_connection_and_frees_the_thread(how: str) -> None:
+    """The broker holds the request: cancelling the fetch (or its time limit) shuts the
+    socket down, so the thread blocked receiving returns and closes it; the next fetch
+    connects again."""
+    broker = _FakeBroker(None)
+    server = await asyncio.start_server(broker.handle, "127.0.0.1", 0)
+    port = int(server.sockets[0].getsockname()[1])
+    timeout_s = 0.3 if how == "timed-out" else 30.0
+    async with server:
+        conn = FetchConnection(1, lambda: ("127.0.0.1", port), "test", timeout_s, io_thread=True)
+        request = FetchRequest(100, 1, 1 << 20, 0, [("t", [(0, 0, 1 << 20)])]).build(_v11())
+        started = asyncio.get_running_loop().time()
+        links: list[Any] = []
+
+        async def watch() -> None:
+            links.append(await _busy_link(conn))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch)
+                if how == "cancelled":
+                    with anyio.move_on_after(0.3) as scope:
+                        await conn.fetch(request, 100)
+                    assert scope.cancelled_caught
+                else:
+                    with pytest.raises(BrokerNotAvailableError, match="TimeoutError"):
+                        await conn.fetch(request, 100)
+            assert conn._link is None and not conn.connected
+            await _wait_released(links[0])
+            await broker.done.wait()  # the broker saw the connection go
+        assert asyncio.get_running_loop().time() - started < 5
+        conn.close()
+
+
+async def test_the_thread_lets_go_of_a_socket_closed_under_it() -> None:
+    broker = _FakeBroker(None)
+    server = await asyncio.start_server(broker.handle, "127.0.0.1", 0)
+    port = int(server.sockets[0].getsockname()[1])
+    async with server:
+        conn = FetchConnection(1, lambda: ("127.0.0.1", port), "test", 30.0, io_thread=True)
+        request = FetchRequest(100, 1, 1 << 20, 0, [("t", [(0, 0, 1 << 20)])]).build(_v11())
+        failed: list[BaseException] = []
+
+        async def fetch() -> None:
+            try:
+                await conn.fetch(request, 100)
+            except BrokerNotAvailableError as e:
+                failed.append(e)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(fetch)
+                link = await _busy_link(conn)
+                conn.close()  # from the loop, while the thread is blocked receiving
+                await _wait_released(link)
+        assert not conn.connected
+        assert len(failed) == 1  # the request in flight failed
+
+
+def _batches(base: int, count: int, per_batch: int) -> bytes:
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    out = bytearray()
+    for b in range(count):
+        builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 22)
+        for i in range(per_batch):
+            builder.append(i, 1_700_000_000_000, b"k%d" % i, b"v" * 700, [])
+        raw = bytearray(builder.build())
+        raw[0:8] = struct.pack(">q", base + b * per_batch)
+        out += raw
+    return bytes(out)
+
+
+@pytest.mark.parametrize("io_thread", [True, False], ids=["io-thread", "event-loop"])
+async def test_record_sets_come_parsed_and_checked_from_the_io_thread(io_thread: bool) -> None:
+    """With the native decoder, the thread parses each record set (batch headers, CRCs):
+    the loop gets what ``read_record_set`` would give, a corrupt batch named; without it
+    (``AIOZKCONSUMER_NATIVE=0``), or on the event loop, nothing is parsed ahead."""
+    import functools
+
+    from aiozkconsumer.kafka.records import read_record_set, read_record_sets
+
+    good = _batches(0, 40, 20)
+    bad = bytearray(_batches(0, 3, 20))
+    bad[-5] ^= 0xFF  # a value byte of the last batch: its CRC no longer matches
+    topics: list[tuple[str, list[bytes | None]]] = [("alpha", [good, bytes(bad)])]
+    broker = _FakeBroker(lambda corr: _encoded(11, corr, topics))
+    server = await asyncio.start_server(broker.handle, "127.0.0.1", 0)
+    port = int(server.sockets[0].getsockname()[1])
+    async with server:
+        conn = FetchConnection(1, lambda: ("127.0.0.1", port), "test", 5.0, io_thread=io_thread)
+        request = FetchRequest(100, 1, 1 << 20, 0, [("alpha", [(0, 0, 1 << 20)])])
+        after = functools.partial(read_record_sets, check_crcs=True)
+        try:
+            with anyio.fail_after(10):
+                response = await conn.fetch(request.build(_v11()), 100, after=after)
+        finally:
+            conn.close()
+    parts = response.topics[0][1]
+    assert [bytes(p[-1] or b"") for p in parts] == [good, bytes(bad)]
+    if not (io_thread and native.AVAILABLE):
+        assert response.record_sets == {}
+        return
+    assert set(response.record_sets) == {TopicPartition("alpha", 0), TopicPartition("alpha", 1)}
+    for p in parts:
+        tp = TopicPartition("alpha", p[0])
+        ahead = response.record_sets[tp]
+        here = read_record_set(p[-1], tp, True)
+        assert [b.base_offset for b in ahead.batches] == [b.base_offset for b in here.batches]
+        assert {k: str(e) for k, e in ahead.corrupt.items()} == {
+            k: str(e) for k, e in here.corrupt.items()
+        }
+    assert list(response.record_sets[TopicPartition("alpha", 1)].corrupt) == [60]
+    assert not response.record_sets[TopicPartition("alpha", 0)].corrupt

@@ -80,9 +80,16 @@ async def kafka(zk_kafka_cluster: LocalCluster) -> AsyncIterator[KafkaClient]:
         await client.close()
 
 
+@pytest.mark.parametrize("io_thread", [False, True], ids=["event-loop", "io-thread"])
 async def test_a_full_stream_holds_only_its_partition_and_resumes_when_read(
-    zk_kafka_cluster: LocalCluster, unique_topic: str, unique_group_id: str, kafka: KafkaClient
+    zk_kafka_cluster: LocalCluster,
+    unique_topic: str,
+    unique_group_id: str,
+    kafka: KafkaClient,
+    io_thread: bool,
 ) -> None:
+    """With ``fetch.io.thread.enable`` the record sets come parsed and checked from the I/O
+    thread (``read_record_sets``); the chunks are the same."""
     topic, cluster = unique_topic, zk_kafka_cluster
     # Two partitions with the same leader, so that one fetch loop serves both.
     await cluster.create_topic(topic, len(cluster.broker_ids) + 1)
@@ -103,6 +110,7 @@ async def test_a_full_stream_holds_only_its_partition_and_resumes_when_read(
         zookeeper_connect=cluster.zookeeper_connect,
         fetch_message_max_bytes=FETCH_BYTES,
         queued_max_message_chunks=2,
+        fetch_io_thread_enable=io_thread,
     )
     bound = config.queued_max_message_chunks
     queue_a, queue_b = WatchedQueue(bound), WatchedQueue(bound)

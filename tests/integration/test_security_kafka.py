@@ -116,6 +116,7 @@ async def test_the_own_fetch_connection_fetches_over_every_secured_listener(
         try:
             node = await _leader(client, unique_topic)
             own = client.fetch_channel(node)
+            own.connection.io_thread = True  # the I/O thread's TLS socket and SASL exchange
             shared = client.fetch_channel(node, dedicated=False)
             try:
                 request = FetchRequest(100, 1, 10_000_000, 0, [(unique_topic, [(0, 0, 1 << 20)])])
@@ -127,6 +128,7 @@ async def test_the_own_fetch_connection_fetches_over_every_secured_listener(
                 assert _rows(again) == _rows(mine)
                 conn = own.connection
                 assert conn.requests == 2 and conn.connects == 1
+                assert conn._link is not None  # the I/O thread's socket
                 if mechanism is not None:
                     session = conn.session
                     assert session is not None and session.mechanism == mechanism
@@ -139,6 +141,43 @@ async def test_the_own_fetch_connection_fetches_over_every_secured_listener(
         # aiokafka's connection and ours share one provider: one token for both.
         assert tokens.minted == 1
         assert client.token_provider is own.connection._token_provider
+
+
+@pytest.mark.parametrize(
+    ("listener", "mechanism"), [("SSL", None), ("SASL_SSL", "SCRAM-SHA-512")], ids=str
+)
+async def test_the_io_thread_and_the_event_loop_receive_the_same_over_tls(
+    any_secure_cluster: LocalCluster, unique_topic: str, listener: str, mechanism: str | None
+) -> None:
+    """The I/O thread's blocking TLS socket (``fetch.io.thread.enable``) and asyncio's SSL
+    transport (the default), with the same context and SASL exchange, return the same record
+    sets."""
+    cluster = any_secure_cluster
+    await cluster.create_topic(unique_topic, 1)
+    await cluster.produce(unique_topic, RECORDS, partition=0)
+    props = _props(cluster, listener, mechanism)
+    async with asyncio.timeout(60):
+        client = await _client(props, _security(props))
+        try:
+            node = await _leader(client, unique_topic)
+            threaded, on_loop = client.fetch_channel(node), client.fetch_channel(node)
+            threaded.connection.io_thread = True
+            try:
+                request = FetchRequest(100, 1, 10_000_000, 0, [(unique_topic, [(0, 0, 1 << 20)])])
+                a = await threaded.fetch(request, 100)
+                b = await on_loop.fetch(request, 100)
+                assert _rows(a) == _rows(b) and _rows(a)[0][1][0][-1]
+                assert threaded.connection._link is not None
+                assert on_loop.connection._protocol is not None
+                if mechanism is not None:
+                    for channel in (threaded, on_loop):
+                        session = channel.connection.session
+                        assert session is not None and session.mechanism == mechanism
+            finally:
+                threaded.close()
+                on_loop.close()
+        finally:
+            await client.close()
 
 
 # -- bad input: the exact class, a message naming what is wrong, within one request timeout

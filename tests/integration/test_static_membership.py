@@ -210,7 +210,11 @@ async def test_a_dynamic_member_restarted_makes_the_group_rebalance(
     seen = await _restart_a(cluster, protocol, unique_topic, unique_group_id, static=False)
     before, after = seen["b_before"], seen["b_after"]
     assert after.group_generation != before.group_generation
-    assert after.completed_rebalances > before.completed_rebalances
+    if protocol == "classic" or set(after.owned_partitions) != set(before.owned_partitions):
+        assert after.completed_rebalances > before.completed_rebalances
+    # Under the consumer protocol a new member epoch that leaves B's partitions as they were
+    # is acknowledged without a reconciliation (as the Java client's "target assignment equal
+    # to the current one"), so it counts no rebalance; the epoch above shows the group moved.
 
 
 @pytest.mark.parametrize("any_cluster", ["zookeeper", "kraft"], indirect=True)

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiozkconsumer.config import (
+    DEFAULT_QUEUED_MAX_MESSAGES_KBYTES,
     ConsumerConfig,
     UnknownConfigWarning,
     validate_bootstrap_servers,
@@ -35,10 +36,10 @@ ORIGINAL_DEFAULTS: dict[str, object] = {
     "fetch.wait.max.ms": 100,
     "num.consumer.fetchers": 1,
     "check.crcs": True,
+    "fetch.io.thread.enable": False,
     "crc.error.action": "raise",
     "auto.commit.enable": True,
     "auto.commit.interval.ms": 60000,
-    "queued.max.message.chunks": 2,
     "rebalance.max.retries": 4,
     "refresh.leader.backoff.ms": 200,
     "auto.offset.reset": "largest",
@@ -101,6 +102,9 @@ DERIVED = (
     "rebalance.backoff.ms",
     "client.id",
     "dual.commit.enabled",
+    # The original bounded each stream's queue at 2 chunks; unset, a byte budget bounds it.
+    "queued.max.message.chunks",
+    "queued.max.messages.kbytes",
 )
 
 
@@ -123,6 +127,20 @@ def test_defaults_equal_the_original_table() -> None:
     for key, default in ORIGINAL_DEFAULTS.items():
         value = getattr(config, key.replace(".", "_"))
         assert value == default and type(value) is type(default), key
+
+
+def test_the_queue_bound_is_a_byte_budget_unless_chunks_are_set() -> None:
+    assert make().effective_queued_max_messages_kbytes == DEFAULT_QUEUED_MAX_MESSAGES_KBYTES
+    # The original's key alone keeps its meaning: chunks only, no byte bound.
+    chunks = make(queued_max_message_chunks=2)
+    assert (chunks.queued_max_message_chunks, chunks.effective_queued_max_messages_kbytes) == (
+        2,
+        None,
+    )
+    both = make(queued_max_message_chunks=4, queued_max_messages_kbytes=1024)
+    assert both.effective_queued_max_messages_kbytes == 1024
+    props = ConsumerConfig.from_properties({**REQUIRED_PROPS, "queued.max.messages.kbytes": "64"})
+    assert props.effective_queued_max_messages_kbytes == 64
 
 
 def test_every_field_is_a_known_key() -> None:
@@ -300,6 +318,7 @@ POSITIVE = [
     "num_consumer_fetchers",
     "auto_commit_interval_ms",
     "queued_max_message_chunks",
+    "queued_max_messages_kbytes",
     "rebalance_max_retries",
     "refresh_leader_backoff_ms",
     "offsets_channel_backoff_ms",

@@ -641,6 +641,36 @@ def test_zombie_delivering_before_noticing_its_expiry_overlaps() -> None:
     assert members == {"a", "b"}  # a delivered inside b's holding, and b inside a's (to 7.5)
 
 
+def _fenced_and_given_back(record_the_loss: bool) -> list[dict[str, Any]]:
+    """A Kafka member a, cut off, is expelled by the coordinator, which gives partition 0 to
+    b; b hands it back at 9; a, fenced at 10, drops it and at once is given it again."""
+    events = [
+        assigned(1, "a", {0: -1}),
+        consumed(2, "a", 0, 0, 4),
+        committed(2.5, "a", {0: 5}),
+        assigned(6, "b", {0: 5}),
+        consumed(6.5, "b", 0, 5, 14),
+        committed(8.5, "b", {0: 15}),
+        revoked(9, "b", [0]),
+        consumed(10.5, "a", 0, 15, 19),
+        shutdown(11, "a"),
+        shutdown(11, "b"),
+    ]
+    if record_the_loss:
+        # Missed, the owned set looks the same before and after: no event at all.
+        events += [revoked(10.01, "a", [0], reason="lost"), assigned(10.02, "a", {0: 15})]
+    return events
+
+
+def test_a_partition_lost_and_given_back_is_two_ownerships() -> None:
+    """With the loss recorded (the verifiable member's ``lost`` revocation), a's two
+    ownerships are apart and b's in between is clean; missed, they join into one that b
+    overlaps and in which a skips b's records: the artefact the KIP-848 soak showed."""
+    assert check(produced({0: 20}), _fenced_and_given_back(True)).ok
+    merged = check(produced({0: 20}), _fenced_and_given_back(False))
+    assert AnomalyKind.OWNERSHIP_OVERLAP in kinds(merged), merged.summary()
+
+
 def test_delivery_without_assignment_is_unowned() -> None:
     log = produced({0: 10})
     result = check(log, [consumed(1, "a", 0, 0, 9)])
@@ -1017,6 +1047,25 @@ def test_duplicate_window_after_a_session_loss_is_judged_by_the_fault_before_the
     assert alone.handovers[0].fault_kind is None
 
 
+def test_duplicate_window_after_a_kafka_members_loss_is_judged_by_the_fault_before_it() -> None:
+    """A Kafka member a, cut off from its coordinator, is fenced and drops partition 0 at 9
+    (``revoked``, reason ``lost``); a kill of a at 11, after the drop, did not end that
+    ownership: the link cut's bound applies, not the kill's (it was blamed before)."""
+    events = _handover_history(2.0, killed=True) + [revoked(9, "a", [0], reason="lost")]
+    faults = [
+        _fault("broker_link", 3.5, 5, "a", number=1),
+        _fault("kill", 11.5, 11.8, "a", number=2),  # more than T after the cut: no compound
+    ]
+    result = _check_faults(events, faults)
+    assert result.ok, result.summary()
+    assert (result.handovers[0].fault_kind, result.handovers[0].fault_number) == (
+        "broker_link",
+        1,
+    )
+    blamed = _check_faults(_handover_history(2.0, killed=True), faults)
+    only(blamed, AnomalyKind.DUPLICATE_WINDOW_EXCEEDED)
+
+
 def test_duplicate_window_is_not_judged_without_a_fault_log_or_a_stated_bound() -> None:
     events = _handover_history(3.0, killed=False)
     plain = check(produced({0: 20}), events)
@@ -1054,6 +1103,8 @@ def test_handovers_without_duplicates_are_listed() -> None:
     (h,) = result.handovers
     assert (h.previous, h.next, h.duplicates, h.window_s) == ("a", "b", 0, 0.0)
     assert h.fault_kind == "zookeeper_restart"
+    # Recovery as the partition's reader saw it: a's last hand-out at 2, b's first at 6.
+    assert h.gap_s == pytest.approx(4.0)
 
 
 def test_duplicate_window_bounds() -> None:

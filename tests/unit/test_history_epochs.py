@@ -55,7 +55,7 @@ def test_an_epoch_ended_by_its_member_holds_until_that_end() -> None:
     assert epoch().hold_end == math.inf  # still open
 
 
-@pytest.mark.parametrize("reason", ["session_lost", "crashed", "restarted"])
+@pytest.mark.parametrize("reason", ["session_lost", "crashed", "restarted", "lost"])
 def test_an_epoch_lost_without_notice_holds_until_its_last_delivery(reason: str) -> None:
     assert epoch(20, reason, last_delivery=12).hold_end == 12
     assert epoch(20, reason).hold_end == 10  # nothing delivered: its start

@@ -8,7 +8,9 @@ import math
 import pytest
 
 from aiozkconsumer.testing._history_faults import (
+    DUPLICATE_WINDOW_TOLERANCE_S,
     InjectedFault,
+    duplicate_window_bound_s,
     expiry_explained,
     handover_fault,
     judge_zookeeper_restarts,
@@ -76,9 +78,47 @@ def test_a_fault_over_before_the_epoch_began_or_begun_after_the_claim_does_not_c
 def test_after_a_session_loss_only_faults_begun_by_the_loss_count() -> None:
     cut = fault("zookeeper_link", 3, 6, "a", number=1)
     kill = fault("kill", 7, 7.5, "a", number=2)
-    assert judged([cut, kill]) is kill  # without a loss: the last one (the cut was over)
+    # Without a loss: the last one, the kill, which came within T of the cut's heal: the
+    # compound fault (the commit sent into the cut landed only after the heal).
+    both = judged([cut, kill])
+    assert both is not None and (both.kind, both.number) == ("kill_after_zookeeper_link", 2)
     assert judged([cut, kill], lost_at=5.0) is cut
     assert judged([kill], lost_at=5.0) is None
+
+
+def test_a_kill_within_t_of_a_healed_cut_is_the_compound_fault_later_a_plain_kill() -> None:
+    cut = fault("zookeeper_link", 3, 6, "a", number=1)
+    soon = judged([cut, fault("kill", 6.5, 7, "a", number=2)])
+    assert soon is not None and soon.kind == "kill_after_zookeeper_link"
+    assert (soon.started_ts, soon.ended_ts) == (3, 7)
+    assert duplicate_window_bound_s(soon.kind, C_MS, T_MS) == pytest.approx(
+        C_MS / 1000 + T_MS / 1000 + DUPLICATE_WINDOW_TOLERANCE_S
+    )
+    late_kill = fault("kill", 6 + T_MS / 1000 + 0.5, 13, "a", number=3)
+    assert judged([cut, late_kill], claimed=14.0) is late_kill
+    # A cut over before the ownership began does not make one.
+    plain = judged([cut, fault("kill", 7, 8, "a", number=4)], began=6.5)
+    assert plain is not None and plain.kind == "kill"
+    # A kill during a second cut, the first healed just before: still the compound (the
+    # ZooKeeper soak's kill #62, inside cut #61 and 4 s after cut #59 healed).
+    second = fault("zookeeper_link", 6.5, 9, "a", number=5)
+    inside = judged([cut, second, fault("kill", 7.5, 8, "a", number=6)])
+    assert inside is not None and inside.kind == "kill_after_zookeeper_link"
+    assert judged([second, fault("kill", 7.5, 8, "a", number=6)]) is second  # the cut alone
+
+
+def test_a_fault_on_every_member_after_the_member_was_killed_does_not_judge_it() -> None:
+    """The ZooKeeper soak's hand-over after restart #309: the previous owner had been killed
+    (#305) 9.4 s before ZooKeeper was restarted, 4 s after a ZooKeeper cut of it healed; the
+    restart, on every member, was taken as the last fault and its bound applied."""
+    cut = fault("zookeeper_link", 2, 4, "a", number=1)
+    kill = fault("kill", 6, 9, "a", number=2)
+    restart = fault("zookeeper_restart", 8, 9.5, number=3)
+    got = judged([cut, kill, restart], claimed=9.6)
+    assert got is not None and (got.kind, got.number) == ("kill_after_zookeeper_link", 2)
+    assert judged([kill, restart], claimed=9.6) is kill
+    # A live member (no kill) is still judged by the restart.
+    assert judged([restart], claimed=9.6) is restart
 
 
 def test_overlapping_faults_take_the_loosest_bound_and_an_unbounded_one_wins() -> None:
@@ -89,9 +129,12 @@ def test_overlapping_faults_take_the_loosest_bound_and_an_unbounded_one_wins() -
     assert judged([cut, pause, expire]) is expire  # no stated bound: not judged by a bound
     # without C, bounds are not compared: the last one
     assert judged([cut, pause], commit_interval_ms=None) is pause
-    # a fault over before the last began was not in effect
+    # a fault over before the last began was not in effect, but a cut healed within T
+    # before a pause makes the compound fault
     early = fault("zookeeper_link", 1.5, 4, "a", number=4)
-    assert judged([early, pause]) is pause
+    compound = judged([early, pause])
+    assert compound is not None and compound.kind == "pause_after_zookeeper_link"
+    assert judged([fault("zookeeper_link", 1.5, 4, "b"), pause]) is pause  # another member's
 
 
 # -- ZooKeeper restarts and session expiries -------------------------------------------------

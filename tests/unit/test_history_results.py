@@ -86,3 +86,18 @@ def test_a_handover_exceeds_only_a_bound_it_has() -> None:
     assert bounded.exceeded and bounded.fault_label() == "kill #2"
     within = Handover("t", 0, "a", "b", 5.0, 3, 0.75, fault_kind="kill", bound_s=0.75)
     assert not within.exceeded and within.fault_label() == "kill"
+
+
+def test_handover_stats_give_the_delivery_gap_per_fault_kind() -> None:
+    from aiozkconsumer.testing.chaos import HandoverStats
+
+    hs = [
+        Handover("t", p, "a", "b", 5.0, 0, 0.0, fault_kind="kill", gap_s=gap)
+        for p, gap in enumerate([0.5, 1.0, 4.0, None])
+    ]
+    hs.append(Handover("t", 9, "a", "b", 5.0, 0, 0.0, gap_s=0.2))
+    kill, no_fault = HandoverStats.by_kind(hs, 500, 6000)
+    assert (kill.kind, kill.handovers, kill.gap_p50_s, kill.gap_p99_s) == ("kill", 4, 1.0, 4.0)
+    assert "delivery gap p50 1.00 s p99 4.00 s" in str(kill)
+    assert kill.to_json()["gap_p99_s"] == 4.0
+    assert (no_fault.kind, no_fault.gap_p50_s) == ("no fault", 0.2)

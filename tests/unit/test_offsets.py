@@ -8,6 +8,7 @@ the ZooKeeper store writes (checkpoint bookkeeping).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -406,7 +407,8 @@ async def test_fetch_rediscovers_then_reads_the_answer() -> None:
 
 
 class FakeZk:
-    """The two ZkClient calls the ZooKeeper offset store makes, over a dict; records writes."""
+    """The ZkClient calls the ZooKeeper offset store makes unfenced, over a dict; records
+    writes."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, bytes] = {}
@@ -414,6 +416,10 @@ class FakeZk:
 
     async def get_data(self, path: str) -> bytes | None:
         return self.nodes.get(path)
+
+    async def get_many(self, paths: Iterable[str]) -> list[tuple[bytes, None] | None]:
+        datas = [await self.get_data(path) for path in paths]
+        return [None if data is None else (data, None) for data in datas]
 
     async def set_or_create(self, path: str, data: bytes) -> None:
         self.nodes[path] = data

@@ -74,7 +74,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,7 @@ import anyio
 
 from aiozkconsumer.errors import ConsumerError
 from aiozkconsumer.testing.chaos._runner import Run, stderr_tail
+from aiozkconsumer.testing.chaos.clients import MemberClient, apply_client_rules, check_client
 from aiozkconsumer.testing.chaos.report import (
     ChaosConfig,
     ChaosReport,
@@ -89,6 +90,8 @@ from aiozkconsumer.testing.chaos.report import (
     HandoverStats,
 )
 from aiozkconsumer.testing.chaos.schedule import (
+    _KAFKA_ONLY,
+    _ZOOKEEPER_ONLY,
     DEFAULT_WEIGHTS,
     KAFKA_WEIGHTS,
     CoordinatorMode,
@@ -110,10 +113,45 @@ __all__ = [
     "FaultOutcome",
     "FaultScheduler",
     "HandoverStats",
+    "MemberClient",
+    "kafka_chaos_broker_properties",
     "run_chaos",
 ]
 
 log = logging.getLogger(__name__)
+
+
+def kafka_chaos_broker_properties(
+    session_timeout_ms: int, heartbeat_interval_ms: int
+) -> dict[str, str]:
+    """The brokers' settings of a Kafka-mode chaos run (the CI runs' and the soaks').
+
+    Everything the group and the producer depend on survives one broker down: the offsets,
+    transaction-state and data topics at replication factor 3 with ``min.insync.replicas=2``,
+    no unclean leader election. The consumer protocol's session timeout and heartbeat
+    interval are the broker's (``group.consumer.*``), pinned to the classic members' values
+    so both protocols are judged against the same bounds.
+
+    Args:
+        session_timeout_ms: ``group.consumer.session.timeout.ms`` (and its minimum).
+        heartbeat_interval_ms: ``group.consumer.heartbeat.interval.ms`` (and its minimum).
+
+    Returns:
+        Broker properties for :class:`~aiozkconsumer.testing.LocalCluster`'s
+        ``broker_properties`` (a cluster of at least three brokers).
+    """
+    return {
+        "offsets.topic.replication.factor": "3",
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+        "min.insync.replicas": "2",
+        "default.replication.factor": "3",
+        "unclean.leader.election.enable": "false",
+        "group.consumer.session.timeout.ms": str(session_timeout_ms),
+        "group.consumer.min.session.timeout.ms": str(session_timeout_ms),
+        "group.consumer.heartbeat.interval.ms": str(heartbeat_interval_ms),
+        "group.consumer.min.heartbeat.interval.ms": str(heartbeat_interval_ms),
+    }
 
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -129,6 +167,41 @@ def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
     walk(group)
     return leaves[0] if len(leaves) == 1 else group
+
+
+def _explicit_schedule(
+    faults: Sequence[Fault],
+    duration_s: float,
+    consumers: int,
+    mode: CoordinatorMode,
+    *,
+    links: bool,
+) -> list[Fault]:
+    """An explicit schedule (``run_chaos(faults=...)``) checked against the run, in time order.
+
+    Raises:
+        ValueError: if two faults share a number, one falls outside ``[0, duration_s)``, its
+            kind belongs to the other coordinator mode, it is a link fault without proxied
+            links, or it names a consumer slot the run does not have (or none, for a kill,
+            pause or expiry).
+    """
+    numbers = [f.number for f in faults]
+    if len(set(numbers)) != len(numbers):
+        raise ValueError(f"explicit faults need distinct numbers, got {numbers}")
+    foreign = _ZOOKEEPER_ONLY if mode.kafka else _KAFKA_ONLY
+    for f in faults:
+        if not 0 <= f.at_s < duration_s:
+            raise ValueError(f"fault {f} is outside the fault phase of {duration_s:g} s")
+        if f.kind in foreign:
+            raise ValueError(f"fault {f} is not a fault of mode {mode.value}")
+        if f.kind in (FaultKind.ZOOKEEPER_LINK, FaultKind.BROKER_LINK) and not links:
+            raise ValueError(f"fault {f} needs a proxied link per consumer")
+        needs_member = f.kind in (FaultKind.KILL, FaultKind.PAUSE, FaultKind.EXPIRE)
+        if (f.member is None and needs_member) or (
+            f.member is not None and not 0 <= f.member < consumers
+        ):
+            raise ValueError(f"fault {f} names no consumer slot of 0..{consumers - 1}")
+    return sorted(faults, key=lambda f: (f.at_s, f.number))
 
 
 def _write_schedule(path: Path, seed: int, faults: Iterable[Fault]) -> None:
@@ -157,6 +230,9 @@ async def run_chaos(
     liveness_slack_s: float = 20.0,
     on_progress: Callable[[str], None] | None = None,
     mode: CoordinatorMode | str = CoordinatorMode.ZOOKEEPER,
+    faults: Sequence[Fault] | None = None,
+    group: str | None = None,
+    compound: float = 0.0,
     **options: Any,
 ) -> ChaosReport:
     """Run a whole chaos run against a running cluster; return what it found.
@@ -194,17 +270,36 @@ async def run_chaos(
             replication factor 3. ``session_timeout_ms`` is then the classic members'
             ``session.timeout.ms``; with ``kafka-consumer`` it must match the brokers'
             ``group.consumer.session.timeout.ms`` (the faults' lengths are drawn from it).
+        faults: an explicit schedule instead of the seeded one: exactly these faults, each
+            injected ``at_s`` seconds into the fault phase (``weights`` and ``interval_s``
+            then plan nothing; ``seed`` still seeds the producer). For a deterministic test
+            of one fault (``tests/integration/test_kafka_faults.py``). ``None`` (the default):
+            the :class:`FaultScheduler`'s plan.
+        group: the consumer group's id (default: a fresh ``chaos-<tag>``); a test that needs
+            the group coordinator on a given broker picks the id (the coordinator is the
+            leader of the ``__consumer_offsets`` partition the id hashes to).
+        compound: the probability that a seeded link cut of one member that heals within
+            the session timeout is followed by a kill of that member within a session
+            timeout of the heal (:class:`FaultScheduler`'s ``compound``; default 0: none).
         options: further :class:`ChaosConfig` fields (``streams``, ``commit_interval_ms``,
             ``max_records``, ``processing_delay_ms``, ``chunk_interval_s``,
             ``consumer_properties``, ``consumer_log_level``, ``heartbeat_interval_ms``,
-            ``transactions``).
+            ``transactions``, ``client``). ``client`` (a :class:`MemberClient` or its value,
+            default ``"aiozkconsumer"``) chooses the members' program: ``"aiokafka"`` runs
+            :mod:`aiozkconsumer.testing.verifiable_aiokafka` (aiokafka's
+            ``AIOKafkaConsumer``, mode ``kafka-classic`` only) under the same schedule, and
+            the rules its members cannot be judged by are left out of the verdict
+            (:attr:`ChaosReport.rules_not_applied`).
 
     Returns:
         The report; ``report.ok`` is the verdict, ``report.summary()`` the explanation.
 
     Raises:
-        ValueError: if an argument is out of range, or a Kafka mode is asked of a cluster
-            that is not KRaft.
+        ValueError: if an argument is out of range, a Kafka mode is asked of a cluster that
+            is not KRaft, the client is aiokafka and the mode not ``kafka-classic``, or an
+            explicit fault does not fit the run (two with one number, outside the fault
+            phase, a kind of the other mode, a link fault without proxied links, a consumer
+            slot the run does not have).
         LocalClusterError: if the cluster is not running, or a server cannot be brought back
             up after the faults.
         BrokerNotAvailableError: if the brokers cannot be reached to create the topic, start
@@ -216,6 +311,7 @@ async def run_chaos(
     if mode.kafka and not cluster.kraft:
         raise ValueError(f"mode {mode.value} needs a KRaft cluster")
     options.setdefault("replication_factor", min(3, len(cluster.broker_ids)) if mode.kafka else 1)
+    options["client"] = check_client(options.get("client", MemberClient.AIOZKCONSUMER), mode)
     config = ChaosConfig(
         mode=mode,
         duration_s=duration_s,
@@ -250,8 +346,13 @@ async def run_chaos(
         weights=weights,
         links=use_links,
         mode=mode,
+        compound=compound,
     )
-    schedule = scheduler.plan(duration_s)
+    schedule = (
+        scheduler.plan(duration_s)
+        if faults is None
+        else _explicit_schedule(faults, duration_s, consumers, mode, links=use_links)
+    )
     _write_schedule(directory / "schedule.txt", seed, schedule)
     log.info(
         "chaos schedule (seed %d, %d faults):\n%s",
@@ -259,7 +360,7 @@ async def run_chaos(
         len(schedule),
         "\n".join(str(f) for f in schedule),
     )
-    run = Run(cluster, config, directory)
+    run = Run(cluster, config, directory, group=group)
     run.links = list(links[:consumers]) if use_links else []
     phases: dict[str, float] = {}
     t0 = mark = time.monotonic()
@@ -354,6 +455,7 @@ async def run_chaos(
             committed_at=run.committed_at if config.transactions else None,
         )
     )
+    result, rules_not_applied = apply_client_rules(result, config.client)
     phase("check")
     phases["total"] = time.monotonic() - t0
     report = ChaosReport(
@@ -374,6 +476,7 @@ async def run_chaos(
         phases_s=phases,
         result=result,
         events_dir=directory,
+        rules_not_applied=rules_not_applied,
     )
     (directory / "report.json").write_text(json.dumps(report.to_json(), indent=2))
     say(report.summary())

@@ -33,11 +33,13 @@ from aiozkconsumer.errors import ZookeeperError
 from aiozkconsumer.testing._processes import make_preexec
 from aiozkconsumer.testing._render import KRAFT_CONTROLLER_ID
 from aiozkconsumer.testing.chaos._brokers import BrokerLookup
+from aiozkconsumer.testing.chaos.clients import MemberClient
 from aiozkconsumer.testing.chaos.report import ChaosConfig, FaultOutcome
 from aiozkconsumer.testing.chaos.schedule import CoordinatorMode, Fault, FaultKind
 from aiozkconsumer.testing.cluster import LinkTarget, LocalCluster, LocalClusterError, ProxyLink
 from aiozkconsumer.testing.history import ProducedLog
 from aiozkconsumer.testing.verifiable import verifiable_consumer_command
+from aiozkconsumer.testing.verifiable_aiokafka import aiokafka_consumer_command
 
 __all__ = ["Member", "Run", "stderr_tail"]
 
@@ -124,13 +126,19 @@ class Member:
 class Run:
     """The state of one chaos run (used by :func:`run_chaos` only)."""
 
-    def __init__(self, cluster: LocalCluster, config: ChaosConfig, events_dir: Path) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        config: ChaosConfig,
+        events_dir: Path,
+        group: str | None = None,
+    ) -> None:
         self.cluster = cluster
         self.config = config
         self.events_dir = events_dir
         tag = uuid.uuid4().hex[:8]
         self.topic = f"chaos-{config.seed}-{tag}"
-        self.group = f"chaos-{tag}"
+        self.group = group or f"chaos-{tag}"
         self.links: list[ProxyLink | None] = []
         self.members: list[Member] = []
         self.slots: dict[int, Member] = {}
@@ -164,7 +172,8 @@ class Run:
         return self.links[slot] if slot < len(self.links) else None
 
     async def spawn(self, slot: int) -> Member:
-        """Start a consumer process in ``slot`` (a new incarnation)."""
+        """Start a consumer process in ``slot`` (a new incarnation): our verifiable consumer, or
+        aiokafka's with ``client="aiokafka"`` (given the same properties)."""
         cfg = self.config
         number = self.incarnations.get(slot, 0) + 1
         self.incarnations[slot] = number
@@ -181,7 +190,12 @@ class Run:
             properties = self.kafka_properties(bootstrap)
         else:
             properties = self.zookeeper_properties(bootstrap)
-        argv = verifiable_consumer_command(
+        command = (
+            aiokafka_consumer_command
+            if cfg.client is MemberClient.AIOKAFKA
+            else verifiable_consumer_command
+        )
+        argv = command(
             zookeeper=zookeeper,
             group=self.group,
             topic=self.topic,
@@ -814,9 +828,15 @@ class Run:
                 last[p] = max(last.get(p, -1), offset)
             ends = {p: last[p] + 1 if p in last else 0 for p in ends}
         with anyio.move_on_after(limit_s):
-            while not self.finished(ends):
-                await self.next_poll()
-        self.poll()
+            while True:
+                while not self.finished(ends):
+                    await self.next_poll()
+                # Read what came since the monitor's last look: a member that has just begun
+                # a rebalance (a replacement joining) is not finished yet, so wait on for it
+                # rather than judge the run by a look it has already made stale.
+                self.poll()
+                if self.finished(ends):
+                    break
         return self.finished(ends), ends
 
     async def stop_members(self) -> None:

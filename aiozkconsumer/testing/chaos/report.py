@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from aiozkconsumer.testing.chaos.clients import NOT_APPLIED, NOT_RECORDED, MemberClient
 from aiozkconsumer.testing.chaos.schedule import (
     CoordinatorMode,
     Fault,
@@ -15,6 +16,7 @@ from aiozkconsumer.testing.chaos.schedule import (
     weights_for,
 )
 from aiozkconsumer.testing.history import (
+    AnomalyKind,
     CheckResult,
     Handover,
     InjectedFault,
@@ -71,12 +73,22 @@ class FaultOutcome:
         }
 
 
-def _p99(values: Sequence[float]) -> float:
-    """The 99th percentile, nearest rank (0 for no values)."""
+def _percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0 < q <= 1), nearest rank (0 for no values)."""
     if not values:
         return 0.0
     ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def _p99(values: Sequence[float]) -> float:
+    """The 99th percentile, nearest rank (0 for no values)."""
+    return _percentile(values, 0.99)
+
+
+def _gaps(handovers: Sequence[Handover]) -> list[float]:
+    """The hand-overs' delivery gaps, where both owners handed something out."""
+    return [h.gap_s for h in handovers if h.gap_s is not None]
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,9 @@ class HandoverStats:
         window_p99_s: 99th percentile of the windows, seconds.
         bound_s: the window's bound for the kind; ``None``: no stated bound.
         exceeded: hand-overs whose window exceeds the bound.
+        gap_p50_s: median delivery gap across the hand-overs (:attr:`Handover.gap_s`, the
+            recovery a reader of the partition sees), seconds; ``None`` without gaps.
+        gap_p99_s: 99th percentile of the gaps (nearest rank), seconds; ``None`` without.
     """
 
     kind: str
@@ -102,6 +117,8 @@ class HandoverStats:
     window_p99_s: float
     bound_s: float | None
     exceeded: int
+    gap_p50_s: float | None = None
+    gap_p99_s: float | None = None
 
     @classmethod
     def by_kind(
@@ -129,6 +146,8 @@ class HandoverStats:
                     window_p99_s=_p99([h.window_s for h in hs]),
                     bound_s=bound,
                     exceeded=sum(1 for h in hs if h.exceeded),
+                    gap_p50_s=_percentile(gaps, 0.5) if (gaps := _gaps(hs)) else None,
+                    gap_p99_s=_p99(gaps) if gaps else None,
                 )
             )
         return stats
@@ -136,10 +155,15 @@ class HandoverStats:
     def __str__(self) -> str:
         bound = "no stated bound" if self.bound_s is None else f"bound {self.bound_s:.2f} s"
         over = f", {self.exceeded} over the bound" if self.exceeded else ""
+        gap = (
+            ""
+            if self.gap_p50_s is None or self.gap_p99_s is None
+            else f"; delivery gap p50 {self.gap_p50_s:.2f} s p99 {self.gap_p99_s:.2f} s"
+        )
         return (
             f"{self.kind:<18} {self.handovers:>4} hand-overs: duplicates max {self.duplicates_max}"
             f" p99 {self.duplicates_p99:g}; window max {self.window_max_s:.2f} s"
-            f" p99 {self.window_p99_s:.2f} s ({bound}){over}"
+            f" p99 {self.window_p99_s:.2f} s ({bound}){over}{gap}"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -152,6 +176,8 @@ class HandoverStats:
             "window_p99_s": round(self.window_p99_s, 3),
             "bound_s": None if self.bound_s is None else round(self.bound_s, 3),
             "exceeded": self.exceeded,
+            "gap_p50_s": None if self.gap_p50_s is None else round(self.gap_p50_s, 3),
+            "gap_p99_s": None if self.gap_p99_s is None else round(self.gap_p99_s, 3),
         }
 
 
@@ -189,6 +215,8 @@ class ChaosConfig:
             (0: none); three in ten of those transactions are aborted. Members then read with
             ``isolation.level=read_committed``.
         replication_factor: the topic's replication factor (Kafka modes: 3).
+        client: the client the members consume with (:class:`MemberClient`): ours, or
+            aiokafka's ``AIOKafkaConsumer`` as a reference (``kafka-classic`` mode only).
     """
 
     duration_s: float
@@ -212,6 +240,7 @@ class ChaosConfig:
     heartbeat_interval_ms: int = 1000
     transactions: float = 0.0
     replication_factor: int = 1
+    client: MemberClient = MemberClient.AIOZKCONSUMER
 
     @property
     def kinds(self) -> list[FaultKind]:
@@ -243,6 +272,7 @@ class ChaosConfig:
             "heartbeat_interval_ms": self.heartbeat_interval_ms,
             "transactions": self.transactions,
             "replication_factor": self.replication_factor,
+            "client": self.client.value,
         }
 
 
@@ -273,6 +303,9 @@ class ChaosReport:
         events_dir: where the produced log, the event files and the fault log are.
         transactions: the producer's transactions by outcome (``committed``, ``aborted``,
             ``failed``: the brokers' read-back tells); empty without transactions.
+        rules_not_applied: the anomaly kinds left out of the verdict for the run's client
+            (:data:`~aiozkconsumer.testing.chaos.clients.NOT_APPLIED`), each with how many
+            anomalies of it the checker found; empty for our client.
     """
 
     config: ChaosConfig
@@ -292,6 +325,7 @@ class ChaosReport:
     result: CheckResult
     events_dir: Path
     transactions: Mapping[str, int] = field(default_factory=dict)
+    rules_not_applied: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def seed(self) -> int:
@@ -351,6 +385,19 @@ class ChaosReport:
             lines.append("  none")
         return lines
 
+    def client_lines(self) -> list[str]:
+        """Which client the members ran, and what the check did not judge or get for it."""
+        client = self.config.client
+        lines = [f"client: {client.value}"]
+        reasons = {k.value: why for k, why in NOT_APPLIED[client].items()}
+        for kind, n in self.rules_not_applied.items():
+            lines.append(
+                f"  rule not applied: {kind} ({n} left out of the verdict): {reasons.get(kind, '')}"
+            )
+        for what, why in NOT_RECORDED[client].items():
+            lines.append(f"  not recorded: {what}: {why}")
+        return lines
+
     @property
     def ok(self) -> bool:
         """No anomaly, no unexpected exit, the group finished, and the run was conclusive."""
@@ -370,13 +417,16 @@ class ChaosReport:
             f"{self.config.consumers} consumers, {self.config.partitions} partitions, "
             f"{self.records} records, fault phase {self.config.duration_s:g} s",
             f"faults injected: {injected} ({kinds}); not injected: {self.skipped or 0}",
-            f"mode={self.config.mode.value} transactions={dict(self.transactions) or 'none'}",
+            f"mode={self.config.mode.value} client={self.config.client.value} "
+            f"transactions={dict(self.transactions) or 'none'}",
             f"incarnations={self.incarnations} produce_failures={self.produce_failures} "
             f"finished={self.finished} phases="
             + " ".join(f"{k}={v:.0f}s" for k, v in self.phases_s.items()),
         ]
         lines.extend(f"unexpected exit: {e}" for e in self.unexpected_exits)
         lines.extend(f"harness problem: {p}" for p in self.harness_problems)
+        if self.config.client is not MemberClient.AIOZKCONSUMER:
+            lines.extend(self.client_lines())
         lines.extend(self.fault_lines())
         lines.append(self.result.summary())
         lines.append(f"events: {self.events_dir}")
@@ -395,6 +445,15 @@ class ChaosReport:
             "faults_injected": self.faults,
             "faults_not_injected": self.skipped,
             "transactions": dict(self.transactions),
+            "client": self.config.client.value,
+            "rules_not_applied": {
+                kind: {
+                    "left_out": n,
+                    "reason": NOT_APPLIED[self.config.client].get(AnomalyKind(kind), ""),
+                }
+                for kind, n in self.rules_not_applied.items()
+            },
+            "not_recorded": dict(NOT_RECORDED[self.config.client]),
             "records": self.records,
             "acknowledged": self.acknowledged,
             "produce_failures": self.produce_failures,

@@ -13,6 +13,7 @@ partition-leader kill, the link cut to one broker and the rolling restart are it
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import random
@@ -258,10 +259,17 @@ class FaultScheduler:
             Kafka mode pauses are shorter than the session timeout (0.3 to 0.8 times it) or
             longer (1.3 to 2 times), half each; a broker link cut hits one broker (two in
             three) or every one; a killed broker stays down 2 to 8 s.
+        compound: the probability, 0 to 1 (default 0: none), that a link cut of one
+            member (ZooKeeper's in ZooKeeper mode, a broker's in Kafka mode) that heals
+            within the session timeout is followed by a kill of that member 0.1 to 0.9
+            session timeouts after the heal: the compound fault whose duplicate window is
+            ``C + T + ε`` (``docs/failure-semantics.md``; the checker judges it as
+            ``kill_after_<cut>``). Drawn from a generator of its own, so that ``0`` leaves
+            the schedule of a seed as it was.
 
     Raises:
         ValueError: if ``consumers < 1``, ``interval_s <= 0``, ``session_timeout_ms <= 0``,
-            or no kind has a positive weight.
+            ``compound`` is outside ``[0, 1]``, or no kind has a positive weight.
     """
 
     def __init__(
@@ -275,7 +283,10 @@ class FaultScheduler:
         weights: Mapping[FaultKind, float] | None = None,
         links: bool = True,
         mode: CoordinatorMode = CoordinatorMode.ZOOKEEPER,
+        compound: float = 0.0,
     ) -> None:
+        if not 0.0 <= compound <= 1.0:
+            raise ValueError(f"compound must be within [0, 1], got {compound}")
         if consumers < 1:
             raise ValueError(f"consumers must be >= 1, got {consumers}")
         if not interval_s > 0:
@@ -300,6 +311,7 @@ class FaultScheduler:
         self.brokers = list(brokers)
         self.session_s = session_timeout_ms / 1000
         self.interval_s = float(interval_s)
+        self.compound = compound
 
     def plan(self, duration_s: float) -> list[Fault]:
         """The faults of a fault phase of ``duration_s`` seconds, in time order.
@@ -307,6 +319,7 @@ class FaultScheduler:
         Deterministic: the same scheduler arguments and ``duration_s`` give the same list.
         """
         rng = random.Random(self.seed)
+        follow_rng = random.Random(f"{self.seed}-compound")
         busy_until: dict[str, float] = {}
         faults: list[Fault] = []
         t = rng.uniform(0.5, 1.5) * self.interval_s
@@ -318,9 +331,35 @@ class FaultScheduler:
                     for r in needs:
                         busy_until[r] = t + hold_s
                     faults.append(fault)
+                    if self.compound > 0:
+                        faults += self._follow_up(follow_rng, fault, busy_until, duration_s)
                     break
             t += rng.uniform(0.5, 1.5) * self.interval_s
+        if self.compound > 0:  # a follow-up comes after faults drawn later: renumber
+            faults.sort(key=lambda f: (f.at_s, f.number))
+            faults = [dataclasses.replace(f, number=i) for i, f in enumerate(faults, 1)]
         return faults
+
+    def _follow_up(
+        self,
+        rng: random.Random,
+        cut: Fault,
+        busy_until: dict[str, float],
+        duration_s: float,
+    ) -> list[Fault]:
+        """The kill that makes ``cut`` a compound fault (see ``compound``), if drawn and its
+        member is free from now until the replacement has joined; it occupies the member."""
+        cut_kind = FaultKind.BROKER_LINK if self.mode.kafka else FaultKind.ZOOKEEPER_LINK
+        if cut.kind is not cut_kind or cut.member is None or cut.duration_s >= self.session_s:
+            return []
+        if rng.random() >= self.compound:
+            return []
+        at_s = cut.at_s + cut.duration_s + self.session_s * rng.uniform(0.1, 0.9)
+        member = f"c{cut.member}"
+        if at_s >= duration_s or busy_until.get(member, -math.inf) > cut.at_s:
+            return []
+        busy_until[member] = at_s + 8.0
+        return [Fault(cut.number, at_s, FaultKind.KILL, member=cut.member)]
 
     def _draw(self, rng: random.Random, number: int, at_s: float) -> tuple[Fault, float]:
         """One fault and how long the scheduler should consider its resources busy."""
