@@ -20,6 +20,7 @@ timeout takes them back without a rebalance.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 
 import anyio
@@ -38,6 +39,7 @@ from .kafka.group import GroupClient, StaticMemberOffsetsChannel
 from .offsets import OffsetStore, make_offset_store
 from .offsets.kafka_store import KafkaOffsetStore
 from .offsets.rules import default_fetch_timeout_ms
+from .records import TopicPartition
 from .security import KafkaSecurity
 from .verbs import ConnectorVerbs
 
@@ -238,6 +240,18 @@ class KafkaConsumerConnector(ConnectorVerbs):
 
     async def _close_coordination(self) -> None:
         await self.coordinator.leave()
+
+    def _drop_fenced(self, fenced: set[TopicPartition]) -> None:
+        """A commit refused because the member's generation (or epoch) is over: every
+        partition of that generation may be another member's now, not only the refused ones.
+        The gate closes at once, as on a fenced heartbeat (nothing more is handed out until
+        the coordinator answers a heartbeat again), then the refused partitions are dropped
+        and a rejoin is asked for, whose revocation gives up the others (as the Java client,
+        whose ``CommitFailedException`` resets the generation: the next poll rejoins)."""
+        if fenced and not self.manual:
+            gate = self.ownership.gate
+            gate.extend(min(gate.deadline, time.monotonic()))
+        super()._drop_fenced(fenced)
 
     def _gate_closed_error(self) -> ConsumerError | None:
         # The group coordinator fences commits by generation: a member whose heartbeats

@@ -101,6 +101,9 @@ class GroupMember:
         self.fatal_error: GroupCoordinatorError | None = None
         self.poll_timeouts = 0
         self._heartbeat_reset = anyio.Event()
+        # Set with _heartbeat_reset when the next heartbeat must go out at once rather than an
+        # interval later (a classic member's lease starts with it after a SyncGroup).
+        self._beat_at_once = False
         # Serializes a rebalance with a poll timeout's leave (the rebalance worker holds the
         # connector's lock, the poll liveness task only this one).
         self._membership_lock = anyio.Lock()
@@ -591,8 +594,9 @@ class GroupMember:
 
         The interval starts anew when a rebalance ends (it heartbeated, as the Java
         client's ``HeartbeatThread.enable``), so the group's members notice the next
-        rebalance together. What a heartbeat's answer means is the protocol's
-        (:meth:`_beat`, :meth:`_beat_failed`).
+        rebalance together; a classic member heartbeats at once after its SyncGroup instead
+        (its session lease starts with that answer). What a heartbeat's answer means is the
+        protocol's (:meth:`_beat`, :meth:`_beat_failed`).
 
         Raises:
             FencedInstanceIdError, UnreleasedInstanceIdError: the membership ended for good
@@ -609,7 +613,9 @@ class GroupMember:
                 raise self.fatal_error
             if self._heartbeat_reset.is_set():
                 self._heartbeat_reset = anyio.Event()
-                continue  # a rebalance just ended: the next heartbeat is an interval after it
+                if not self._beat_at_once:
+                    continue  # a rebalance just ended: the next heartbeat is an interval after it
+                self._beat_at_once = False
             if not self._may_heartbeat() or self.is_closing():
                 continue
             try:

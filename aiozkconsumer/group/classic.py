@@ -35,6 +35,7 @@ LeaveGroup on shutdown. As in ``AbstractCoordinator``/``ConsumerCoordinator``
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -191,16 +192,22 @@ class KafkaCoordinator(GroupMember):
         snapshot: dict[str, int] | None = None
         if joined.is_leader:
             assignments, snapshot = await self._assign(joined.protocol, joined.members)
-        # JoinGroup may wait long for the other members; SyncGroup is answered at once: its
-        # start is when the coordinator last heard from this member.
-        t0 = time.monotonic()
         data = await self.group.sync(joined.generation, joined.member_id, assignments)
         self.machine.handle(MemberEvent.ASSIGNMENT_GIVEN)
-        # An answered join proves the membership as a heartbeat does: the lease starts anew,
-        # and so does the heartbeat timer (as the Java client's HeartbeatThread.enable): all
-        # members then heartbeat at about the same moment and notice the next rebalance
-        # together, instead of up to an interval apart.
-        self.ownership.gate.extend(t0 + 0.8 * cfg.session_timeout_ms / 1000)
+        # An answered JoinGroup/SyncGroup does not prove the membership for a session
+        # timeout: to a follower rejoining a stable group with unchanged metadata, the
+        # coordinator returns the current generation without restarting the member's session
+        # timer (GroupMetadataManager.classicGroupJoinExistingMember, and SyncGroup in
+        # STABLE), which may run out a moment later. So the lease is extended only by an
+        # answered heartbeat (each restarts that timer), the first one sent at once; a lease
+        # still running from the heartbeats before the rejoin stays (they were answered), and
+        # a member without one hands nothing out until that answer. The heartbeat timer
+        # starts anew with it (as the Java client's HeartbeatThread.enable): the members
+        # then heartbeat at about the same moment and notice the next rebalance together.
+        gate = self.ownership.gate
+        if gate.deadline == math.inf:
+            gate.extend(time.monotonic())
+        self._beat_at_once = True
         self._heartbeat_reset.set()
         mine = decode_assignment(data)
         if snapshot is not None:

@@ -13,6 +13,7 @@ whole group after a coordinator failover slower than the session timeout
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import pytest
@@ -20,8 +21,15 @@ import pytest
 from aiozkconsumer.config import ConsumerConfig
 from aiozkconsumer.group.state import MemberEvent, MemberState
 from aiozkconsumer.kafka.consumer_group import FENCED_MEMBER_EPOCH, _HeartbeatError
-from aiozkconsumer.kafka.group import ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, GroupRequestError
+from aiozkconsumer.kafka.group import (
+    ILLEGAL_GENERATION,
+    REBALANCE_IN_PROGRESS,
+    GroupRequestError,
+    JoinResult,
+    encode_assignment,
+)
 from aiozkconsumer.kafka_connector import KafkaConsumerConnector
+from aiozkconsumer.records import TopicPartition
 
 
 def _member(protocol: str = "classic") -> tuple[KafkaConsumerConnector, list[str]]:
@@ -123,3 +131,89 @@ async def test_a_group_that_keeps_rebalancing_is_waited_out_not_given_up(
     await member._rebalance("test")
     assert len(attempts) == 5  # 80 s of REBALANCE_IN_PROGRESS, then the join took
     assert any("the group kept rebalancing" in r.getMessage() for r in caplog.records)
+
+
+async def _rejoin_same_generation(connector: KafkaConsumerConnector) -> list[str]:
+    """One JoinGroup + SyncGroup of the classic member, answered as a coordinator answers a
+    follower rejoining a stable group with unchanged metadata: the current generation and
+    the member's assignment (empty here), at once. Returns the requests sent."""
+    member = connector.coordinator
+    sent: list[str] = []
+
+    async def join(member_id: str, **kwargs: object) -> JoinResult:
+        sent.append("JoinGroup")
+        return JoinResult(generation=3, protocol="range", leader="l", member_id=member_id, members=())
+
+    async def sync(generation: int, member_id: str, assignments: object) -> bytes:
+        sent.append("SyncGroup")
+        return encode_assignment([])
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    connector.group.join = join  # type: ignore[method-assign,assignment]
+    connector.group.sync = sync  # type: ignore[method-assign,assignment]
+    member._check_topics_exist = nothing  # type: ignore[method-assign,assignment]
+    member._taken = nothing  # type: ignore[method-assign,assignment]
+    await member._attempt([0, 0, 0])
+    return sent
+
+
+async def test_a_sync_answer_gives_no_lease_a_heartbeat_answer_does() -> None:
+    """A follower rejoining a stable group with unchanged metadata gets its generation back
+    from JoinGroup and SyncGroup without the coordinator restarting its session timer
+    (``GroupMetadataManager.classicGroupJoinExistingMember``, SyncGroup in ``STABLE``): its
+    session may end a moment later (its heartbeats went unanswered before the rejoin). The
+    SyncGroup's answer must not extend the lease (it did, to 0.8 of a session timeout after
+    the SyncGroup: the member handed records out for seconds after the coordinator had
+    given its partitions to another member, a CI chaos run's ownership overlap). The next
+    heartbeat goes out at once, and its answer extends the lease."""
+    connector, _ = _member()
+    member = connector.coordinator
+    gate = connector.ownership.gate
+    lapsed = time.monotonic() - 1.0
+    gate.extend(lapsed)  # the heartbeats before the rejoin went unanswered
+    assert await _rejoin_same_generation(connector) == ["JoinGroup", "SyncGroup"]
+    assert gate.deadline == lapsed and not gate.passable()
+    assert member._beat_at_once and member._heartbeat_reset.is_set()
+
+    async def heartbeat(generation: int, member_id: str) -> None:
+        assert (generation, member_id) == (3, "m")
+
+    connector.group.heartbeat = heartbeat  # type: ignore[method-assign,assignment]
+    before = time.monotonic()
+    await member._beat()
+    assert gate.passable() and gate.deadline >= before + 0.8 * 6.0
+
+
+async def test_a_lease_running_from_earlier_heartbeats_is_kept_through_a_rejoin() -> None:
+    """The heartbeats answered before the rejoin restarted the coordinator's timer: their
+    lease still holds (nothing shortens it), so records flow at once after the SyncGroup."""
+    connector, _ = _member()
+    gate = connector.ownership.gate
+    running = time.monotonic() + 3.0
+    gate.extend(running)
+    await _rejoin_same_generation(connector)
+    assert gate.deadline == running and gate.passable()
+
+
+async def test_a_first_membership_hands_nothing_out_until_a_heartbeat_is_answered() -> None:
+    connector, _ = _member()
+    gate = connector.ownership.gate
+    assert gate.deadline == math.inf  # no lease kept before the first join
+    await _rejoin_same_generation(connector)
+    assert not gate.passable()
+
+
+def test_a_commit_refused_for_the_generation_closes_the_gate_for_every_partition() -> None:
+    """The coordinator refused a commit because the member's generation is over: every
+    partition of that generation may be someone else's, not only those of the commit (a CI
+    chaos run's member went on handing out a partition not in the refused commit for
+    seconds). The gate closes at once, and a rejoin is asked for."""
+    connector, _ = _member()
+    asked: list[str] = []
+    connector.request_rebalance = asked.append  # type: ignore[method-assign,assignment]
+    gate = connector.ownership.gate
+    gate.extend(time.monotonic() + 4.0)
+    connector._drop_fenced({TopicPartition("t", 2)})
+    assert not gate.passable() and asked == ["commit fenced"]
