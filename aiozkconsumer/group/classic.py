@@ -111,6 +111,8 @@ class KafkaCoordinator(GroupMember):
         # The last assignment and its generation (the sticky assignors' onAssignment state).
         self._assigned: list[TopicPartition] | None = None
         self._assigned_generation = -1
+        # (generation, member id) of the last heartbeat sent: its answer may come after a join.
+        self._beat_sent: tuple[int, str] = (-1, "")
 
     @property
     def generation(self) -> int:
@@ -324,6 +326,7 @@ class KafkaCoordinator(GroupMember):
         nothing when it wakes up until the coordinator answers again."""
         t0 = time.monotonic()
         self.last_heartbeat_sent = t0
+        self._beat_sent = (self.generation, self.member_id)
         await self.group.heartbeat(self.generation, self.member_id)
         self.last_heartbeat_received = time.monotonic()
         self.machine.handle(MemberEvent.HEARTBEAT_ANSWERED)
@@ -338,7 +341,24 @@ class KafkaCoordinator(GroupMember):
         receiving a heartbeat response", ``markCoordinatorUnknown``); the answer says whether
         the membership survived. A coordinator that moved keeps it (the new one loads the
         group), and a rejoin would rebalance the whole group for nothing. Meanwhile the lease
-        has closed the gate (0.8 x ``session.timeout.ms`` after the last answer)."""
+        has closed the gate (0.8 x ``session.timeout.ms`` after the last answer).
+
+        A failure answered to a heartbeat of a membership the member has since left (a join
+        under way, since the heartbeat after a SyncGroup goes out at once; another generation
+        or member id) is ignored: the join's own answer tells what became of it."""
+        state = self.machine.state
+        if self._beat_sent != (self.generation, self.member_id) or state in (
+            MemberState.JOINING,
+            MemberState.JOINED,
+        ):
+            log.info(
+                "[%s] heartbeat of generation %d failed while %s: %s (the join's answer decides)",
+                self.consumer_id,
+                self._beat_sent[0],
+                state.value,
+                e,
+            )
+            return
         if e.code == REBALANCE_IN_PROGRESS:
             self.request_rebalance("the group is rebalancing")
         elif e.fenced:

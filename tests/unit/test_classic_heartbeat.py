@@ -46,6 +46,7 @@ def _member(protocol: str = "classic") -> tuple[KafkaConsumerConnector, list[str
     member.member_id = "m"
     if protocol == "classic":
         member.generation = 3  # type: ignore[misc]
+        member._beat_sent = (3, "m")  # type: ignore[attr-defined]  # the heartbeat answered
     else:
         member.member_epoch = 3  # type: ignore[attr-defined]
         member._broker_session_timeout_ms = 6000  # type: ignore[attr-defined]  # learned at the join
@@ -142,7 +143,9 @@ async def _rejoin_same_generation(connector: KafkaConsumerConnector) -> list[str
 
     async def join(member_id: str, **kwargs: object) -> JoinResult:
         sent.append("JoinGroup")
-        return JoinResult(generation=3, protocol="range", leader="l", member_id=member_id, members=())
+        return JoinResult(
+            generation=3, protocol="range", leader="l", member_id=member_id, members=()
+        )
 
     async def sync(generation: int, member_id: str, assignments: object) -> bytes:
         sent.append("SyncGroup")
@@ -217,3 +220,27 @@ def test_a_commit_refused_for_the_generation_closes_the_gate_for_every_partition
     gate.extend(time.monotonic() + 4.0)
     connector._drop_fenced({TopicPartition("t", 2)})
     assert not gate.passable() and asked == ["commit fenced"]
+
+
+def test_a_heartbeat_failure_answered_during_a_join_is_left_to_the_join() -> None:
+    """A heartbeat sent before a rejoin began (the one after a SyncGroup goes out at once)
+    may be answered ``ILLEGAL_GENERATION`` while the JoinGroup is under way: the join's
+    answer decides what became of the membership. Fencing the member then made the join's
+    answer an illegal transition (``joined`` in state ``fenced``), and the member process
+    exited (a chaos run's member did)."""
+    connector, asked = _member()
+    member = connector.coordinator
+    member.machine.handle(MemberEvent.JOIN)
+    member._beat_failed(GroupRequestError("Heartbeat", ILLEGAL_GENERATION, ""))
+    assert member.machine.state is MemberState.JOINING and asked == []
+    assert member.generation == 3 and member.member_id == "m"
+    member.machine.handle(MemberEvent.JOINED)  # the join's answer still takes
+
+
+def test_a_heartbeat_failure_of_an_earlier_generation_is_ignored() -> None:
+    connector, asked = _member()
+    member = connector.coordinator
+    member._beat_sent = (2, "m")  # type: ignore[attr-defined]
+    member._beat_failed(GroupRequestError("Heartbeat", ILLEGAL_GENERATION, ""))
+    assert member.machine.state is MemberState.STABLE and asked == []
+    assert connector.ownership.gate.passable()
