@@ -199,8 +199,9 @@ class KafkaCoordinator(GroupMember):
         # An answered JoinGroup/SyncGroup does not prove the membership for a session
         # timeout: to a follower rejoining a stable group with unchanged metadata, the
         # coordinator returns the current generation without restarting the member's session
-        # timer (GroupMetadataManager.classicGroupJoinExistingMember, and SyncGroup in
-        # STABLE), which may run out a moment later. So the lease is extended only by an
+        # timer (Kafka 4's GroupMetadataManager.classicGroupJoinExistingMember, and SyncGroup
+        # in STABLE; GroupCoordinator.scala restarted it at that SyncGroup), which may run out
+        # a moment later. So the lease is extended only by an
         # answered heartbeat (each restarts that timer), the first one sent at once; a lease
         # still running from the heartbeats before the rejoin stays (they were answered), and
         # a member without one hands nothing out until that answer. The heartbeat timer

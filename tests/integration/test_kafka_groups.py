@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ from aiozkconsumer import (
     create_connector,
 )
 from aiozkconsumer.base_connector import ConsumerConnector
+from aiozkconsumer.group.classic import KafkaCoordinator
 from aiozkconsumer.stream import KafkaStream
 from aiozkconsumer.testing import LocalCluster
 
@@ -297,6 +299,126 @@ async def test_a_member_cut_off_past_its_session_timeout_is_fenced(
             tg.cancel_scope.cancel()
     finally:
         await link.heal("brokers")
+
+
+class _Rejoined:
+    """A rebalance listener that sets an event when the member starts its fetchers."""
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+
+    async def before_releasing_partitions(self, partition_ownership: Any) -> None:
+        return None
+
+    async def before_starting_fetchers(self, consumer_id: str, partition_ownership: Any) -> None:
+        self.started.set()
+
+
+@pytest.fixture(scope="module")
+def linked_kraft_cluster() -> Iterator[LocalCluster]:
+    """A KRaft broker (Kafka 4: the group coordinator of KIP-848's rewrite, which serves
+    classic groups too) behind one proxied link."""
+    loop = asyncio.new_event_loop()
+    cluster = LocalCluster(flavour="kraft", proxy_links=1)
+    try:
+        loop.run_until_complete(cluster.start())
+        yield cluster
+    finally:
+        loop.run_until_complete(cluster.stop())
+        loop.close()
+
+
+async def test_a_follower_rejoining_a_stable_group_hands_nothing_out_past_its_session(
+    linked_kraft_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    """To a follower that rejoins a stable group with unchanged metadata, Kafka 4's group
+    coordinator returns the current generation at once, without restarting the member's
+    session timer (``GroupMetadataManager.classicGroupJoinExistingMember``; SyncGroup in
+    ``STABLE``; the older ``GroupCoordinator.scala`` restarted it at that SyncGroup, so a
+    Kafka 3 cluster does not show this). Here
+    the follower's heartbeats went unanswered for 3.5 s (its link reset), it rejoins right
+    after the heal, and its link is reset again half a second after the SyncGroup: its
+    session on the coordinator ends about 6 s after the last heartbeat before the first cut,
+    and the leader takes its partition. The follower must hand nothing out of that partition
+    once the leader owns it. Before the fix its lease ran 0.8 x ``session.timeout.ms`` from
+    the SyncGroup, seconds past the session (a CI chaos run's ownership overlap); now only an
+    answered heartbeat extends it, and the first one goes out at once after the SyncGroup."""
+    cluster = linked_kraft_cluster
+    await _topic(cluster, unique_topic, 2, 3000)
+    link = cluster.link(0)
+    base = kafka_config(
+        cluster,
+        unique_group_id,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=1000,
+        auto_commit_enable=False,
+        # Eager assignors only: their subscription metadata does not change between joins
+        # (cooperative-sticky's carries the member's generation, which makes every rejoin a
+        # metadata change, hence a real rebalance).
+        partition_assignment_strategy="range",
+    )
+    follower_config = dataclasses.replace(base, bootstrap_servers=link.bootstrap_servers)
+    handed: list[tuple[float, int]] = []  # (time.monotonic(), partition) by the follower
+    reading = anyio.Event()
+
+    async def read_slowly(stream: KafkaStream) -> None:
+        async for msg in stream:
+            handed.append((time.monotonic(), msg.partition))
+            if len(handed) >= 20:
+                reading.set()
+            await anyio.sleep(0.01)
+
+    try:
+        async with create_connector(base) as leader, anyio.create_task_group() as tg:
+            tg.start_soon(
+                _drain,
+                (await leader.create_message_streams({unique_topic: 1}))[unique_topic][0],
+                "leader",
+                Deliveries(),
+            )
+            await _until(leader, lambda: len(leader.statistics().owned_partitions) == 2)
+            async with create_connector(follower_config) as follower:
+                rejoined = _Rejoined()
+                follower.set_consumer_rebalance_listener(rejoined)
+                stream = (await follower.create_message_streams({unique_topic: 1}))[unique_topic]
+                tg.start_soon(read_slowly, stream[0])
+                await _until(follower, lambda: len(follower.statistics().owned_partitions) == 1)
+                with anyio.fail_after(30):
+                    await reading.wait()
+                member = follower.coordinator
+                assert isinstance(member, KafkaCoordinator)
+                assert member.leader != member.member_id  # the leader joined first
+                (mine,) = follower.statistics().owned_partitions
+                generation = follower.statistics().group_generation
+
+                await link.cut("brokers", "reset")  # no heartbeat answered from here
+                await anyio.sleep(3.5)
+                await link.heal("brokers")
+                rejoined.started = anyio.Event()
+                follower.request_rebalance("the test rejoins a stable group")
+                with anyio.fail_after(5):
+                    await rejoined.started.wait()
+                # The premise: the coordinator handed the same generation back.
+                assert follower.statistics().group_generation == generation
+                await anyio.sleep(0.5)  # the follower fetches the rest of its partition
+                await link.cut("brokers", "reset")
+                with anyio.fail_after(30):
+                    await _until(leader, lambda: mine in leader.statistics().owned_partitions)
+                leader_took = time.monotonic()
+                await anyio.sleep(5)  # past any lease the follower could still hold
+                late = [
+                    t - leader_took for t, p in handed if p == mine.partition and t >= leader_took
+                ]
+                after_rejoin = [t for t, p in handed if p == mine.partition and t > leader_took - 8]
+                await link.heal("brokers")
+            tg.cancel_scope.cancel()
+    finally:
+        await link.heal("brokers")
+    assert after_rejoin, "the follower handed nothing out after its rejoin: nothing was tested"
+    assert not late, (
+        f"the follower handed out {len(late)} records of {mine} after the leader took it "
+        f"(the last {max(late):.2f} s after)"
+    )
 
 
 async def _add_partitions(cluster: LocalCluster, topic: str, total: int) -> None:
