@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -335,14 +336,16 @@ async def test_a_follower_rejoining_a_stable_group_hands_nothing_out_past_its_se
     coordinator returns the current generation at once, without restarting the member's
     session timer (``GroupMetadataManager.classicGroupJoinExistingMember``; SyncGroup in
     ``STABLE``; the older ``GroupCoordinator.scala`` restarted it at that SyncGroup, so a
-    Kafka 3 cluster does not show this). Here
-    the follower's heartbeats went unanswered for 3.5 s (its link reset), it rejoins right
-    after the heal, and its link is reset again half a second after the SyncGroup: its
+    Kafka 3 cluster does not show this). Here the follower's heartbeats go unanswered for
+    3.5 s (its link reset), it rejoins right after the heal, and its link is reset again as
+    soon as it hands records out again. Unless a heartbeat was answered after the rejoin, its
     session on the coordinator ends about 6 s after the last heartbeat before the first cut,
     and the leader takes its partition. The follower must hand nothing out of that partition
     once the leader owns it. Before the fix its lease ran 0.8 x ``session.timeout.ms`` from
-    the SyncGroup, seconds past the session (a CI chaos run's ownership overlap); now only an
-    answered heartbeat extends it, and the first one goes out at once after the SyncGroup."""
+    the SyncGroup, seconds past the session (found while diagnosing a CI chaos run's
+    ownership overlap): 233 records, the last 2.5 s after the leader took the partition. Now
+    only an answered heartbeat extends it, and the first one goes out at once after the
+    SyncGroup."""
     cluster = linked_kraft_cluster
     await _topic(cluster, unique_topic, 2, 3000)
     link = cluster.link(0)
@@ -359,14 +362,18 @@ async def test_a_follower_rejoining_a_stable_group_hands_nothing_out_past_its_se
     )
     follower_config = dataclasses.replace(base, bootstrap_servers=link.bootstrap_servers)
     handed: list[tuple[float, int]] = []  # (time.monotonic(), partition) by the follower
-    reading = anyio.Event()
+    reading, reading_again = anyio.Event(), anyio.Event()
+    rejoined_at = [math.inf]
 
     async def read_slowly(stream: KafkaStream) -> None:
         async for msg in stream:
-            handed.append((time.monotonic(), msg.partition))
+            now = time.monotonic()
+            handed.append((now, msg.partition))
             if len(handed) >= 20:
                 reading.set()
-            await anyio.sleep(0.01)
+            if now > rejoined_at[0]:
+                reading_again.set()
+            await anyio.sleep(0.01)  # a slow reader: the fetched records last
 
     try:
         async with create_connector(base) as leader, anyio.create_task_group() as tg:
@@ -398,18 +405,22 @@ async def test_a_follower_rejoining_a_stable_group_hands_nothing_out_past_its_se
                 follower.request_rebalance("the test rejoins a stable group")
                 with anyio.fail_after(5):
                     await rejoined.started.wait()
+                rejoined_at[0] = time.monotonic()
                 # The premise: the coordinator handed the same generation back.
                 assert follower.statistics().group_generation == generation
-                await anyio.sleep(0.5)  # the follower fetches the rest of its partition
+                with anyio.fail_after(10):
+                    await reading_again.wait()  # it fetched its partition again
                 await link.cut("brokers", "reset")
                 with anyio.fail_after(30):
                     await _until(leader, lambda: mine in leader.statistics().owned_partitions)
                 leader_took = time.monotonic()
-                await anyio.sleep(5)  # past any lease the follower could still hold
+                # Until the follower's lease (the one it hands records out under) is over.
+                lease_left = follower.ownership.gate.deadline - leader_took
+                await anyio.sleep(min(max(0.0, lease_left), 10.0) + 0.5)
                 late = [
                     t - leader_took for t, p in handed if p == mine.partition and t >= leader_took
                 ]
-                after_rejoin = [t for t, p in handed if p == mine.partition and t > leader_took - 8]
+                after_rejoin = [t for t, p in handed if p == mine.partition and t > rejoined_at[0]]
                 await link.heal("brokers")
             tg.cancel_scope.cancel()
     finally:
