@@ -20,7 +20,6 @@ timeout takes them back without a rebalance.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
 
 import anyio
@@ -249,8 +248,7 @@ class KafkaConsumerConnector(ConnectorVerbs):
         and a rejoin is asked for, whose revocation gives up the others (as the Java client,
         whose ``CommitFailedException`` resets the generation: the next poll rejoins)."""
         if fenced and not self.manual:
-            gate = self.ownership.gate
-            gate.extend(min(gate.deadline, time.monotonic()))
+            self.ownership.gate.end_lease()
         super()._drop_fenced(fenced)
 
     def _gate_closed_error(self) -> ConsumerError | None:

@@ -120,6 +120,11 @@ class OwnershipGate:
         self.deadline = deadline
         self._notify()
 
+    def end_lease(self) -> None:
+        """End the lease at once (an earlier end stays): nothing is handed out until the
+        next ``extend``."""
+        self.extend(min(self.deadline, time.monotonic()))
+
     async def wait_open(self) -> None:
         """Wait until records may be handed out (returns at once if they may)."""
         while not self.passable():

@@ -635,8 +635,7 @@ class GroupMember:
 
     def _close_gate_now(self) -> None:
         """Fenced: hand out nothing more until the coordinator answers again."""
-        gate = self.ownership.gate
-        gate.extend(min(gate.deadline, time.monotonic()))
+        self.ownership.gate.end_lease()
 
     def _session_timeout_s(self) -> float:
         """The session timeout the coordinator applies to this member, seconds

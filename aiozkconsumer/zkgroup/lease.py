@@ -75,7 +75,7 @@ class SessionLease:
         Called on a missed renewal, a dropped connection, and (through the committer's
         ``on_connection_lost``) an offset commit that failed for want of ZooKeeper.
         """
-        self.gate.extend(min(self.gate.deadline, time.monotonic()))
+        self.gate.end_lease()
 
     def lease_s(self) -> float:
         """How long an answered round trip keeps records flowing, from its start, seconds.
