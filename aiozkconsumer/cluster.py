@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 
-from .errors import MalformedZookeeperDataError, NoBrokersError
+from .errors import ConsumerClosedError, MalformedZookeeperDataError, NoBrokersError
 from .kafka.client import EARLIEST, LATEST, KafkaClient
 from .security import KafkaSecurity
 from .zk import layout
@@ -164,6 +164,7 @@ class ClusterView:
         self._from_kafka: bool | None = None
         self._kafka: KafkaClient | None = None
         self._kafka_lock = anyio.Lock()
+        self._closes = 0  # close() calls so far: a start that a close overtook is undone
 
     @property
     def kafka_client(self) -> KafkaClient | None:
@@ -217,9 +218,11 @@ class ClusterView:
         Raises:
             NoBrokersError: no ``bootstrap_servers`` and no broker under ``/brokers/ids``.
             KafkaConnectionError: no broker answered.
+            ConsumerClosedError: :meth:`close` ran while the client started (it is closed).
         """
         async with self._kafka_lock:
             if self._kafka is None:
+                closes = self._closes
                 servers = self.bootstrap_servers
                 if not servers:
                     found = list(brokers) if brokers is not None else await self.brokers()
@@ -242,6 +245,13 @@ class ClusterView:
                     with anyio.CancelScope(shield=True):
                         await kafka.close()
                     raise
+                if closes != self._closes:
+                    # close() ran while this client started: it never saw it, so nobody would.
+                    with anyio.CancelScope(shield=True):
+                        await kafka.close()
+                    raise ConsumerClosedError(
+                        "the Kafka client was closed while it started (the owner closed)"
+                    )
                 self._kafka = kafka
             return self._kafka
 
@@ -269,7 +279,13 @@ class ClusterView:
         return await read_partitions_for_topics(self.zk, topics)
 
     async def close(self) -> None:
-        """Close the Kafka client, if started (bounded; never raises)."""
+        """Close the Kafka client, if started (bounded; never raises).
+
+        A client still starting (:meth:`kafka` in another task) is closed when its start ends,
+        and that :meth:`kafka` raises ``ConsumerClosedError``. A later :meth:`kafka` starts a
+        new client.
+        """
+        self._closes += 1
         kafka, self._kafka = self._kafka, None
         if kafka is not None:
             with anyio.CancelScope(shield=True):

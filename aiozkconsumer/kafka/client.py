@@ -110,6 +110,7 @@ class KafkaClient:
             **kwargs,
         )
         self._started = False
+        self._closed = False
 
     @property
     def raw(self) -> AIOKafkaClient:
@@ -135,6 +136,7 @@ class KafkaClient:
                 (aiokafka takes that exchange for a success and its metadata request fails).
             KafkaConnectionError: no bootstrap broker answered.
         """
+        self._closed = False
         try:
             await self._client.bootstrap()
         except AiokafkaError as e:
@@ -165,9 +167,24 @@ class KafkaClient:
         )
 
     async def close(self) -> None:
-        """Close every connection and aiokafka's metadata task (never raises)."""
+        """Close every connection and aiokafka's metadata task (never raises; bounded by 10 s).
+
+        A connection aiokafka was still opening when the close began (a request racing the
+        close) is stored after aiokafka's own close listed the connections; the close waits
+        for it (at most 5 s) and closes it too. From here :meth:`send` refuses.
+        """
+        self._closed = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._client.close(), 5)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._close_late_connections(), 5)
+
+    async def _close_late_connections(self) -> None:
+        client = self._client
+        async with client._get_conn_lock:  # held while aiokafka opens a connection
+            late, client._conns = list(client._conns.values()), {}
+        for conn in late:
+            conn.close()
 
     async def refresh_metadata(self, topics: Iterable[str]) -> bool:
         """Track ``topics`` and refresh metadata now. Returns ``False`` if no broker answered."""
@@ -239,7 +256,12 @@ class KafkaClient:
 
         Raises:
             BrokerNotAvailableError: the broker could not be reached or timed out.
+            KafkaConnectionError: the client is closed (:meth:`close`); nothing was sent.
         """
+        if self._closed:
+            raise KafkaConnectionError(
+                f"request to {self.broker_address(node_id)} not sent: the Kafka client is closed"
+            )
         try:
             return await self._client.send(node_id, request)
         except AiokafkaError as e:
