@@ -20,7 +20,7 @@ from .errors import BrokerNotAvailableError, UnknownTopicError
 from .kafka.errors import error_name
 from .kafka.leader_epoch import LeaderAndEpoch, leaders_and_epochs, offsets_for_leader_epoch
 from .kafka.stable_offsets import list_offsets
-from .records import PartitionTopicInfo, TopicPartition
+from .records import PartitionTopicInfo, TopicPartition, note_fetch_change
 
 __all__ = ["leader_epochs", "reset_truncated", "validate_positions"]
 
@@ -101,6 +101,7 @@ async def validate_positions(
             )
             continue
         old_epoch, pti.leader_epoch = pti.leader_epoch, checks[pti]
+        note_fetch_change()
         ready.append(pti)
         if kind is EpochError.FATAL:
             # TOPIC_AUTHORIZATION_FAILED: the fetch reports it as it does today.

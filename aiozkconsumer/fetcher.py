@@ -91,7 +91,13 @@ from .kafka.transactions import (
 )
 from .queues import ChunkQueue, notify_on_room
 from .read_replica import ErrorRoute, ReadReplicas, ReadReplicaStatistics
-from .records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
+from .records import (
+    FetchedDataChunk,
+    PartitionTopicInfo,
+    TopicPartition,
+    fetch_changes,
+    note_fetch_change,
+)
 
 __all__ = ["ConsumerFetcher", "FetchPlan", "FetcherManager", "fetcher_id_for", "plan_fetch"]
 
@@ -109,6 +115,63 @@ class Reservation:
     woke: bool = False
 
 
+class _Counted(dict[TopicPartition, PartitionTopicInfo]):
+    """A fetch loop's partitions (or chunks waiting for room): every change is counted
+    (:func:`~.records.note_fetch_change`), whoever makes it."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: TopicPartition, value: PartitionTopicInfo) -> None:
+        note_fetch_change()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: TopicPartition) -> None:
+        note_fetch_change()
+        super().__delitem__(key)
+
+    def pop(self, key: TopicPartition, *default: Any) -> Any:
+        note_fetch_change()
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[TopicPartition, PartitionTopicInfo]:
+        note_fetch_change()
+        return super().popitem()
+
+    def clear(self) -> None:
+        note_fetch_change()
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        note_fetch_change()
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: TopicPartition, default: Any = None) -> Any:
+        note_fetch_change()
+        return super().setdefault(key, default)
+
+
+PLAN_REUSE_LIMIT_S = 10.0
+"""How long a fetch loop reuses one planned request at most while nothing it depends on was
+counted as changed (a safety net: every change is counted)."""
+
+
+@dataclass
+class _Planned:
+    """A fetch loop's last planned request, reused while nothing it depends on changed."""
+
+    changes: int
+    """:func:`~.records.fetch_changes` when planned."""
+    queues: tuple[ChunkQueue, ...]
+    """The stream queues the plan looked at (reserved or blocked)."""
+    free: tuple[int, ...]
+    """Their free slots then."""
+    until: float
+    """``time.monotonic()`` after which it is planned afresh."""
+    plan: FetchPlan
+    partitions: tuple[FetchPartition, ...]
+    offsets: dict[TopicPartition, int]
+
+
 class ConsumerFetcher:
     """The fetch loop of one ``(broker, fetcher id)`` (``ConsumerFetcherThread``).
 
@@ -122,8 +185,8 @@ class ConsumerFetcher:
         self.manager = manager
         self.node_id = node_id
         self.fetcher_id = fetcher_id
-        self.partitions: dict[TopicPartition, PartitionTopicInfo] = {}
-        self._delivering: dict[TopicPartition, PartitionTopicInfo] = {}
+        self.partitions: dict[TopicPartition, PartitionTopicInfo] = _Counted()
+        self._delivering: dict[TopicPartition, PartitionTopicInfo] = _Counted()
         """Per partition, the ``PartitionTopicInfo`` whose chunk waits for room in its queue
         (by identity: a partition taken again onto another stream meanwhile is not held
         back by its old stream's wait)."""
@@ -309,12 +372,27 @@ class ConsumerFetcher:
         backoff_s = config.refresh_leader_backoff_ms / 1000
         delivering = self._delivering
         manager = self.manager
+        planned: _Planned | None = None
         while True:
             if self._routed:
                 self._reroute()
-            plan = plan_fetch(
-                self.partitions.values(), delivering, manager.free_slots, config.fetch_max_bytes
-            )
+            if (
+                planned is not None
+                and planned.changes == fetch_changes()
+                and planned.free == tuple(map(manager.free_slots, planned.queues))
+                and time.monotonic() < planned.until
+            ):
+                # Nothing the plan depends on changed (an idle partition set): the same
+                # request again, with no work per partition.
+                plan, partitions, offsets = planned.plan, planned.partitions, planned.offsets
+            else:
+                planned = None
+                plan = plan_fetch(
+                    self.partitions.values(), delivering, manager.free_slots, config.fetch_max_bytes
+                )
+                if not plan.reset and plan.fetch:
+                    planned = self._plan_request(plan)
+                    partitions, offsets = planned.partitions, planned.offsets
             if plan.reset:
                 if any(p.tp in self._routed for p in plan.reset):
                     # Reset at the leader (ListOffsets): a partition fetched here from
@@ -331,18 +409,6 @@ class ConsumerFetcher:
                 with manager.notify_on_room(plan.blocked.values(), self._wakeup):
                     await self._wakeup.wait()
                 continue
-            offsets: dict[TopicPartition, int] = {}
-            partitions: list[FetchPartition] = []
-            for pti in plan.fetch:
-                tp = pti.tp
-                # CurrentLeaderEpoch (KIP-320): a broker that is not the leader of this epoch
-                # answers FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of stale data.
-                partitions.append(
-                    FetchPartition(
-                        tp.topic, tp.partition, pti.fetched_offset, pti.fetch_size, pti.leader_epoch
-                    )
-                )
-                offsets[tp] = pti.fetched_offset
             with manager.reserve(plan.slots.values()) as reservation:
                 started = time.monotonic()
                 try:
@@ -398,6 +464,33 @@ class ConsumerFetcher:
             for tp in fetched:
                 if tp in self.partitions:
                     self.partitions[tp] = self.partitions.pop(tp)
+
+    def _plan_request(self, plan: FetchPlan) -> _Planned:
+        """The request of ``plan``: its partitions (fetch offset, size, leader epoch) and the
+        fetch offset of each, kept for reuse while nothing it depends on changes."""
+        offsets: dict[TopicPartition, int] = {}
+        partitions: list[FetchPartition] = []
+        for pti in plan.fetch:
+            tp = pti.tp
+            # CurrentLeaderEpoch (KIP-320): a broker that is not the leader of this epoch
+            # answers FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of stale data.
+            partitions.append(
+                FetchPartition(
+                    tp.topic, tp.partition, pti.fetched_offset, pti.fetch_size, pti.leader_epoch
+                )
+            )
+            offsets[tp] = pti.fetched_offset
+        queues = tuple(q for q, _ in plan.slots.values()) + tuple(plan.blocked.values())
+        return _Planned(
+            changes=fetch_changes(),
+            queues=queues,
+            free=tuple(map(self.manager.free_slots, queues)),
+            until=time.monotonic() + PLAN_REUSE_LIMIT_S,
+            plan=plan,
+            # A tuple: the fetch session knows the very same request again without a diff.
+            partitions=tuple(partitions),
+            offsets=offsets,
+        )
 
     async def _process_response(
         self, response: Any, offsets: dict[TopicPartition, int]
@@ -542,6 +635,7 @@ class ConsumerFetcher:
             return
         if chunk_continues(pti, chunk):
             pti.fetched_offset = next_offset
+            note_fetch_change()
 
     async def _deliver(
         self, chunk: FetchedDataChunk, next_offset: int, scope: anyio.CancelScope
@@ -553,6 +647,7 @@ class ConsumerFetcher:
                 await pti.queue.put(chunk)
                 if chunk_continues(pti, chunk):
                     pti.fetched_offset = next_offset
+                    note_fetch_change()
         finally:
             self.manager.waiting_chunk(pti.queue, -1)
             if self._delivering.get(pti.tp) is pti:
@@ -918,6 +1013,7 @@ class FetcherManager:
                     to_validate.setdefault(leader, {})[pti] = epoch
                     continue
                 pti.leader_epoch = epoch
+                note_fetch_change()
                 node = self._read_from(pti, leader)
                 key = (node, fetcher_id_for(tp, self.config.num_consumer_fetchers))
                 found.setdefault(key, []).append(pti)

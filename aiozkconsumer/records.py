@@ -27,6 +27,8 @@ __all__ = [
     "PartitionTopicInfo",
     "RebalanceRecord",
     "TopicPartition",
+    "fetch_changes",
+    "note_fetch_change",
 ]
 
 
@@ -137,6 +139,22 @@ class OwnershipGate:
 _ALWAYS_OPEN = OwnershipGate()
 
 
+_FETCH_CHANGES = [0]
+
+
+def note_fetch_change() -> None:
+    """Count a change to what a fetch loop asks for: a partition's fetch offset, leader
+    epoch or pause, a loop's partitions or the chunks waiting for room. A loop reuses its last
+    request while the count stands still (``fetcher.py``: an idle fetch costs no work per
+    partition); every such change must be counted."""
+    _FETCH_CHANGES[0] += 1
+
+
+def fetch_changes() -> int:
+    """How many :func:`note_fetch_change` calls so far (process-wide)."""
+    return _FETCH_CHANGES[0]
+
+
 @dataclass(eq=False, slots=True)
 class PartitionTopicInfo:
     """Shared state of one owned partition, as ``PartitionTopicInfo.scala``.
@@ -207,6 +225,7 @@ class PartitionTopicInfo:
         self.fetched_offset = offset
         self.consumed_offset = offset
         self.epochs.reset(offset, epoch)
+        note_fetch_change()
 
     def seek(self, offset: int) -> None:
         """Move the position to ``offset``: the next record handed out is at ``offset`` (or
@@ -237,11 +256,13 @@ class PartitionTopicInfo:
         self.truncations += 1
         if self.consumed_offset >= 0:
             self.fetched_offset = self.consumed_offset
+        note_fetch_change()
 
     def resume(self) -> None:
         """Fetch and hand out this partition again, from its consumed offset
         (``KafkaConsumer.resume``). No-op when not paused."""
         self.paused = False
+        note_fetch_change()
 
     def offset_epoch(self, offset: int) -> int:
         """The leader epoch of the record before ``offset`` (what a commit of ``offset``

@@ -484,6 +484,8 @@ class FetchChannel:
         self.session = FetchSessionHandler(node_id)
         """The fetch session with the broker (:meth:`fetch_partitions`')."""
         self._topic_ids: dict[str, bytes] = {}
+        self._topics_of: tuple[tuple[FetchPartition, ...], set[str]] | None = None
+        """The last tuple of partitions asked for, and its topics (an idle loop's request)."""
         self.last_version: int | None = None
         """The version of the last request :meth:`fetch_partitions` sent."""
 
@@ -606,7 +608,13 @@ class FetchChannel:
                 max_wait_ms, min_bytes, max_bytes, isolation_level, list(by_topic.items()), rack_id
             )
             return await self.fetch(request, max_wait_ms, after=after)
-        topics = set(map(_TOPIC, partitions))
+        last = self._topics_of
+        if last is not None and partitions is last[0]:
+            topics = last[1]  # the very same request again: no pass over its partitions
+        else:
+            topics = set(map(_TOPIC, partitions))
+            if isinstance(partitions, tuple):
+                self._topics_of = (partitions, topics)
         for attempt in range(2):
             ids: Mapping[str, bytes] = {}
             if version >= fetch_request.TOPIC_ID_VERSION:

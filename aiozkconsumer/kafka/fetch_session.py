@@ -228,6 +228,8 @@ class FetchSessionHandler:
         self._session: dict[Key, FetchPartition] = {}
         self._ids: dict[str, bytes] = {}  # topic -> the id its partitions were sent with
         self._names: dict[bytes, str] = {}
+        self._built_from: tuple[FetchPartition, ...] | None = None
+        """The tuple of partitions the session was last built from (a tuple cannot change)."""
         self._full = self._incremental = self._opened = self._errors = self._failures = 0
 
     @property
@@ -282,8 +284,20 @@ class FetchSessionHandler:
             must be sent, and its outcome given to :meth:`handle_response` or
             :meth:`handle_error`, before the next ``build``.
         """
-        nxt = {p[:2]: p for p in partitions}
         known = topic_ids or {}
+        if (
+            partitions is self._built_from
+            and not self._next.is_full
+            and all(known.get(t, ZERO_UUID) == i for t, i in self._ids.items())
+        ):
+            # The very tuple the session was last built from (an idle fetch loop asks again):
+            # the session holds exactly these partitions, so nothing is sent or forgotten.
+            self._incremental += 1
+            ids = dict(self._ids)
+            can_use = ZERO_UUID not in ids.values()
+            return FetchRequestData([], ids, [], [], self._next, can_use, len(self._session))
+        self._built_from = partitions if isinstance(partitions, tuple) else None
+        nxt = {p[:2]: p for p in partitions}
         ids = {key[0]: known.get(key[0], ZERO_UUID) for key in nxt}
         can_use_ids = ZERO_UUID not in ids.values()
         if not self._next.is_full:

@@ -126,6 +126,7 @@ from aiozkconsumer.errors import (
 from aiozkconsumer.records import MessageAndMetadata, TopicPartition
 from aiozkconsumer.stream import KafkaStream
 from aiozkconsumer.subscription import ConsumerThreadId
+from aiozkconsumer.testing._clients import bounded_close
 from aiozkconsumer.testing.history import ProducedLog
 
 if TYPE_CHECKING:
@@ -230,8 +231,9 @@ async def produce_checkable(
         acked = sum(1 for r in outcomes if not isinstance(r, BaseException))
         raise ProduceError(f"producing to {topic!r} failed: {e!r}", acked) from e
     finally:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(producer.stop(), _CLOSE_TIMEOUT_S)
+        # Even when cancelled (a task group's cancel scope cancels every await here): an
+        # unfinished stop would leave the producer's connections open.
+        await bounded_close(producer.stop(), time_limit=_CLOSE_TIMEOUT_S, what="producer")
     failures = [r for r in outcomes if isinstance(r, BaseException)]
     if failures:
         raise ProduceError(

@@ -82,6 +82,27 @@ def test_metadata_transitions() -> None:
 # -- the handler, case by case ------------------------------------------------------------
 
 
+def test_the_same_tuple_again_carries_nothing_unless_the_session_or_a_topic_id_changed() -> (
+    None
+):
+    h = FetchSessionHandler(1)
+    wanted = (_p("a", 0, 10), _p("b", 0, 5))
+    _open_session(h, list(wanted))
+    h.build(wanted, IDS)  # a new tuple: compared with the session
+    assert h.handle_response(error_code=0, session_id=99, partitions=[], version=13)
+    data = h.build(wanted, IDS)  # the same tuple: known at once
+    assert not data.is_full and data.to_send == [] and data.to_forget == []
+    assert data.can_use_topic_ids and dict(data.topic_ids) == IDS and data.session_size == 2
+    assert h.handle_response(error_code=0, session_id=99, partitions=[], version=13)
+    # Topic "a" re-created: its partitions are sent again under the new id.
+    data = h.build(wanted, {"a": ID_A2, "b": ID_B})
+    assert data.to_send == [_p("a", 0, 10)] and data.to_replace == [("a", 0, ID_A)]
+    h.handle_error()  # the request was lost: the next one is full, whatever is asked
+    data = h.build(wanted, {"a": ID_A2, "b": ID_B})
+    assert data.to_send == list(wanted) and data.metadata.epoch == 0
+    assert h.statistics().incremental_requests == 3
+
+
 def test_the_first_request_is_full_and_the_next_carries_nothing_unchanged() -> None:
     h = FetchSessionHandler(1)
     wanted = [_p("a", 0, 10), _p("a", 1, 20), _p("b", 0, 5)]
@@ -364,6 +385,7 @@ def test_the_broker_always_fetches_exactly_what_the_loop_wants(
     wanted: dict[Key, FetchPartition] = {("a", 0): FetchPartition("a", 0, 0, 1000)}
     topic_ids = {"a": ID_A, "b": ID_B}
     sent_ids: dict[str, bytes] = {}
+    request: tuple[FetchPartition, ...] = ()
     for changes, fault in steps:
         for op, topic, n in changes:
             k = (topic, n)
@@ -380,7 +402,11 @@ def test_the_broker_always_fetches_exactly_what_the_loop_wants(
             elif op == "recreate":
                 topic_ids[topic] = _IDS[topic][n % len(_IDS[topic])]
         before = dict(handler.session_partitions)
-        data = handler.build(list(wanted.values()), topic_ids)
+        # As a fetch loop does: the very same tuple again while its partitions are unchanged
+        # (the handler then skips the comparison), a new one when they changed.
+        if tuple(wanted.values()) != request:
+            request = tuple(wanted.values())
+        data = handler.build(request, topic_ids)
         version = max_version if data.can_use_topic_ids else 12
         if not data.is_full:
             # Only what changed travels: added partitions, those whose data changed, and
