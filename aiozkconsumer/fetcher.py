@@ -95,6 +95,7 @@ from .records import (
     FetchedDataChunk,
     PartitionTopicInfo,
     TopicPartition,
+    describe_partitions,
     fetch_changes,
     note_fetch_change,
 )
@@ -985,7 +986,7 @@ class FetcherManager:
                 self.repeats.forget("no leader")
             else:
                 msg = "Failed to find leader for %s: no broker answered"
-                self.repeats.warning(log, "no leader", msg, sorted(pending))
+                self.repeats.warning(log, "no leader", msg, describe_partitions(pending))
             epochs = await leader_epochs(self.kafka, pending)
             found: dict[tuple[int, int], list[PartitionTopicInfo]] = {}
             to_validate: dict[int, dict[PartitionTopicInfo, int]] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -27,6 +27,7 @@ __all__ = [
     "PartitionTopicInfo",
     "RebalanceRecord",
     "TopicPartition",
+    "describe_partitions",
     "fetch_changes",
     "note_fetch_change",
 ]
@@ -45,6 +46,16 @@ class TopicPartition:
 
     def __str__(self) -> str:
         return f"[{self.topic},{self.partition}]"
+
+
+def describe_partitions(tps: Iterable[TopicPartition], limit: int = 8) -> str:
+    """``tps`` sorted for a log line or an error: ``"[t,0], [t,1]"``, and past ``limit`` the
+    first ``limit`` then ``"... and N more (M in all)"`` (a member may own thousands)."""
+    ordered = sorted(tps)
+    shown = ", ".join(map(str, ordered[:limit]))
+    if len(ordered) <= limit:
+        return shown
+    return f"{shown} ... and {len(ordered) - limit} more ({len(ordered)} in all)"
 
 
 class MessageAndMetadata(NamedTuple):

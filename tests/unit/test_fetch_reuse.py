@@ -25,6 +25,7 @@ from aiozkconsumer.records import (
     FetchedDataChunk,
     PartitionTopicInfo,
     TopicPartition,
+    describe_partitions,
     fetch_changes,
 )
 
@@ -106,3 +107,11 @@ async def test_an_idle_loop_asks_again_with_the_same_request_and_plans_again_on_
         planned = await _next(channel)
         assert planned is not steady and fetch_changes() == changes
         tg.cancel_scope.cancel()
+
+
+def test_a_long_list_of_partitions_is_cut_short_in_messages() -> None:
+    tps = [TopicPartition("t", p) for p in range(10_000, 0, -1)]
+    text = describe_partitions(tps, limit=3)
+    assert text == "[t,1], [t,2], [t,3] ... and 9997 more (10000 in all)"
+    assert describe_partitions(tps[-2:]) == "[t,1], [t,2]"
+    assert describe_partitions([]) == ""
