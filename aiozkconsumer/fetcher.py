@@ -78,9 +78,9 @@ from .fetch_chunk import chunk_from
 from .fetch_lag import LagGauges
 from .fetch_leaders import leader_epochs, validate_positions
 from .fetch_plan import FetchPlan, chunk_continues, fetcher_id_for, plan_fetch
+from .fetch_reuse import CountedPartitions, PlannedRequest, plan_request
 from .kafka.client import FetchChannel
 from .kafka.errors import PartitionError, classify_partition_error, error_name
-from .kafka.fetch_request import FetchPartition
 from .kafka.records import RecordSet, read_record_sets
 from .kafka.replicas import metadata_version, preferred_read_replicas, replica_online
 from .kafka.stable_offsets import list_offsets
@@ -96,7 +96,6 @@ from .records import (
     PartitionTopicInfo,
     TopicPartition,
     describe_partitions,
-    fetch_changes,
     note_fetch_change,
 )
 
@@ -116,63 +115,6 @@ class Reservation:
     woke: bool = False
 
 
-class _Counted(dict[TopicPartition, PartitionTopicInfo]):
-    """A fetch loop's partitions (or chunks waiting for room): every change is counted
-    (:func:`~.records.note_fetch_change`), whoever makes it."""
-
-    __slots__ = ()
-
-    def __setitem__(self, key: TopicPartition, value: PartitionTopicInfo) -> None:
-        note_fetch_change()
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key: TopicPartition) -> None:
-        note_fetch_change()
-        super().__delitem__(key)
-
-    def pop(self, key: TopicPartition, *default: Any) -> Any:
-        note_fetch_change()
-        return super().pop(key, *default)
-
-    def popitem(self) -> tuple[TopicPartition, PartitionTopicInfo]:
-        note_fetch_change()
-        return super().popitem()
-
-    def clear(self) -> None:
-        note_fetch_change()
-        super().clear()
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        note_fetch_change()
-        super().update(*args, **kwargs)
-
-    def setdefault(self, key: TopicPartition, default: Any = None) -> Any:
-        note_fetch_change()
-        return super().setdefault(key, default)
-
-
-PLAN_REUSE_LIMIT_S = 10.0
-"""How long a fetch loop reuses one planned request at most while nothing it depends on was
-counted as changed (a safety net: every change is counted)."""
-
-
-@dataclass
-class _Planned:
-    """A fetch loop's last planned request, reused while nothing it depends on changed."""
-
-    changes: int
-    """:func:`~.records.fetch_changes` when planned."""
-    queues: tuple[ChunkQueue, ...]
-    """The stream queues the plan looked at (reserved or blocked)."""
-    free: tuple[int, ...]
-    """Their free slots then."""
-    until: float
-    """``time.monotonic()`` after which it is planned afresh."""
-    plan: FetchPlan
-    partitions: tuple[FetchPartition, ...]
-    offsets: dict[TopicPartition, int]
-
-
 class ConsumerFetcher:
     """The fetch loop of one ``(broker, fetcher id)`` (``ConsumerFetcherThread``).
 
@@ -186,8 +128,8 @@ class ConsumerFetcher:
         self.manager = manager
         self.node_id = node_id
         self.fetcher_id = fetcher_id
-        self.partitions: dict[TopicPartition, PartitionTopicInfo] = _Counted()
-        self._delivering: dict[TopicPartition, PartitionTopicInfo] = _Counted()
+        self.partitions: dict[TopicPartition, PartitionTopicInfo] = CountedPartitions()
+        self._delivering: dict[TopicPartition, PartitionTopicInfo] = CountedPartitions()
         """Per partition, the ``PartitionTopicInfo`` whose chunk waits for room in its queue
         (by identity: a partition taken again onto another stream meanwhile is not held
         back by its old stream's wait)."""
@@ -373,16 +315,11 @@ class ConsumerFetcher:
         backoff_s = config.refresh_leader_backoff_ms / 1000
         delivering = self._delivering
         manager = self.manager
-        planned: _Planned | None = None
+        planned: PlannedRequest | None = None
         while True:
             if self._routed:
                 self._reroute()
-            if (
-                planned is not None
-                and planned.changes == fetch_changes()
-                and planned.free == tuple(map(manager.free_slots, planned.queues))
-                and time.monotonic() < planned.until
-            ):
+            if planned is not None and planned.still_current(manager.free_slots):
                 # Nothing the plan depends on changed (an idle partition set): the same
                 # request again, with no work per partition.
                 plan, partitions, offsets = planned.plan, planned.partitions, planned.offsets
@@ -392,7 +329,7 @@ class ConsumerFetcher:
                     self.partitions.values(), delivering, manager.free_slots, config.fetch_max_bytes
                 )
                 if not plan.reset and plan.fetch:
-                    planned = self._plan_request(plan)
+                    planned = plan_request(plan, manager.free_slots)
                     partitions, offsets = planned.partitions, planned.offsets
             if plan.reset:
                 if any(p.tp in self._routed for p in plan.reset):
@@ -465,33 +402,6 @@ class ConsumerFetcher:
             for tp in fetched:
                 if tp in self.partitions:
                     self.partitions[tp] = self.partitions.pop(tp)
-
-    def _plan_request(self, plan: FetchPlan) -> _Planned:
-        """The request of ``plan``: its partitions (fetch offset, size, leader epoch) and the
-        fetch offset of each, kept for reuse while nothing it depends on changes."""
-        offsets: dict[TopicPartition, int] = {}
-        partitions: list[FetchPartition] = []
-        for pti in plan.fetch:
-            tp = pti.tp
-            # CurrentLeaderEpoch (KIP-320): a broker that is not the leader of this epoch
-            # answers FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of stale data.
-            partitions.append(
-                FetchPartition(
-                    tp.topic, tp.partition, pti.fetched_offset, pti.fetch_size, pti.leader_epoch
-                )
-            )
-            offsets[tp] = pti.fetched_offset
-        queues = tuple(q for q, _ in plan.slots.values()) + tuple(plan.blocked.values())
-        return _Planned(
-            changes=fetch_changes(),
-            queues=queues,
-            free=tuple(map(self.manager.free_slots, queues)),
-            until=time.monotonic() + PLAN_REUSE_LIMIT_S,
-            plan=plan,
-            # A tuple: the fetch session knows the very same request again without a diff.
-            partitions=tuple(partitions),
-            offsets=offsets,
-        )
 
     async def _process_response(
         self, response: Any, offsets: dict[TopicPartition, int]

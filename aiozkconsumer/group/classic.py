@@ -201,10 +201,10 @@ class KafkaCoordinator(GroupMember):
         # coordinator returns the current generation without restarting the member's session
         # timer (Kafka 4's GroupMetadataManager.classicGroupJoinExistingMember, and SyncGroup
         # in STABLE; GroupCoordinator.scala restarted it at that SyncGroup), which may run out
-        # a moment later. So the lease is extended only by an
-        # answered heartbeat (each restarts that timer), the first one sent at once; a lease
-        # still running from the heartbeats before the rejoin stays (they were answered), and
-        # a member without one hands nothing out until that answer. The heartbeat timer
+        # a moment later. So the lease is extended only by an answered heartbeat (each
+        # restarts that timer), the first one sent at once; a lease still running from the
+        # heartbeats before the rejoin stays (they were answered), and a member without one
+        # hands nothing out until that answer. The heartbeat timer
         # starts anew with it (as the Java client's HeartbeatThread.enable): the members
         # then heartbeat at about the same moment and notice the next rebalance together.
         gate = self.ownership.gate
