@@ -253,7 +253,9 @@ class FdSink:
                 os.sched_yield()
                 continue
             if self.reader_gone() or self._aborted.is_set():
-                return False
+                # The reader may have taken the record between the look above and going away
+                # (``head`` reads its last line and exits): then it was delivered.
+                return not _unread_bytes(self.fd)
             time.sleep(delay)
             delay = min(delay * 2, _HANDOFF_MAX_SLEEP_S)
 
