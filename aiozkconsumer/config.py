@@ -352,7 +352,13 @@ class ConsumerConfig:
         metadata_max_age_ms: ``metadata.max.age.ms``, the Java client's, ms, default
             300000, >= 1: how long a preferred read replica (``client.rack``) is followed
             before the leader is asked again (the Java client's
-            ``preferredReadReplicaExpirationTimeMs``).
+            ``preferredReadReplicaExpirationTimeMs``); and, with
+            ``group.coordinator=kafka``, how often the subscribed topics' metadata is
+            refreshed to find added partitions and, for a pattern, new matching topics, then
+            rejoin (the Java client's periodic metadata refresh; ``KafkaConsumer.subscribe``).
+            Each refresh decodes the metadata of every subscribed partition (about 35 ms of
+            CPU per 1,000 partitions). A ZooKeeper-coordinated member learns of both from
+            ZooKeeper watches at once (on a KRaft cluster: Kafka metadata every 5 s).
         zookeeper_auth: ``zookeeper.auth``, new, default ``None``: ``scheme:credentials``
             sent to ZooKeeper after every connect (``digest:user:password``, as kazoo's
             ``auth_data``). A secret.

@@ -30,7 +30,7 @@ from .commits import FencedCommitter
 from .config import ConsumerConfig
 from .errors import ConsumerError, InvalidConfigError
 from .group.base import GroupMember
-from .group.classic import METADATA_REFRESH_MS, KafkaCoordinator
+from .group.classic import KafkaCoordinator
 from .group.consumer_protocol import ConsumerProtocolCoordinator
 from .interceptors import ConsumerInterceptor
 from .kafka.consumer_group import ConsumerGroupClient, MemberEpochOffsetsChannel
@@ -227,9 +227,11 @@ class KafkaConsumerConnector(ConnectorVerbs):
         await self.coordinator.rebalance(reason)
 
     async def _follow_topic_list(self) -> None:
-        """A pattern subscription: a new matching topic triggers a rejoin."""
+        """A pattern subscription: a new matching topic triggers a rejoin. The topic list is
+        read every ``metadata.max.age.ms``, as the Java client matches a pattern at each
+        periodic metadata refresh (``KafkaConsumer.subscribe(Pattern)``)."""
         while True:
-            await anyio.sleep(METADATA_REFRESH_MS / 1000)
+            await anyio.sleep(self.config.metadata_max_age_ms / 1000)
             try:
                 topics = await self.cluster.all_topics()
             except ConsumerError as e:

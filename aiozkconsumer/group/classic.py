@@ -66,13 +66,9 @@ from .sticky import (
     member_data,
 )
 
-__all__ = ["METADATA_REFRESH_MS", "KafkaCoordinator"]
+__all__ = ["KafkaCoordinator"]
 
 log = logging.getLogger(__name__)
-
-METADATA_REFRESH_MS = 5000
-"""How often the subscription's metadata is checked for changes, ms (the metadata snapshot)."""
-
 
 class KafkaCoordinator(GroupMember):
     """One member's part in a Kafka-coordinated group (classic protocol).
@@ -376,10 +372,11 @@ class KafkaCoordinator(GroupMember):
                 self.group.forget_coordinator()
 
     async def metadata_loop(self) -> None:
-        """The metadata snapshot: rejoin when a subscribed topic's partition count changes or
-        a pattern matches a new topic (checked every ``METADATA_REFRESH_MS``)."""
+        """The metadata snapshot: rejoin when a subscribed topic's partition count changes
+        (checked every ``metadata.max.age.ms``, as the Java client's periodic metadata refresh
+        finds it: ``ConsumerCoordinator``'s subscription metadata snapshot)."""
         while True:
-            await anyio.sleep(METADATA_REFRESH_MS / 1000)
+            await anyio.sleep(self.config.metadata_max_age_ms / 1000)
             if self.machine.rebalancing or self._metadata_snapshot is None:
                 continue
             try:

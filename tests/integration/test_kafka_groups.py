@@ -445,7 +445,9 @@ async def test_a_partition_count_increase_is_assigned_after_a_metadata_refresh(
     any_cluster: LocalCluster, unique_topic: str, unique_group_id: str
 ) -> None:
     await _topic(any_cluster, unique_topic, 2, 1)
-    async with create_connector(kafka_config(any_cluster, unique_group_id)) as c:
+    # The Java client's rule: found at the next periodic metadata refresh.
+    config = kafka_config(any_cluster, unique_group_id, metadata_max_age_ms=1000)
+    async with create_connector(config) as c:
         await c.create_message_streams({unique_topic: 1})
         assert len(c.statistics().owned_partitions) == 2
         await _add_partitions(any_cluster, unique_topic, 3)
@@ -464,7 +466,8 @@ async def test_a_new_topic_matching_a_whitelist_is_consumed(
         async for msg in stream:
             seen[msg.topic].add("c", msg)
 
-    async with create_connector(kafka_config(any_cluster, unique_group_id)) as c:
+    config = kafka_config(any_cluster, unique_group_id, metadata_max_age_ms=1000)
+    async with create_connector(config) as c:
         streams = await c.create_message_streams_by_filter(Whitelist(f"{unique_topic}-.*"), 1)
         async with anyio.create_task_group() as tg:
             tg.start_soon(drain, streams[0])
