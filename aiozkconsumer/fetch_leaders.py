@@ -1,28 +1,36 @@
 """The fetcher's leader checks (KIP-320): leader epochs, position validation, truncation.
 
 Used by the leader finder of :class:`~aiozkconsumer.fetcher.FetcherManager` before it hands a
-partition to a new leader's fetch loop: :func:`leader_epochs` asks the partitions' leaders and
-epochs (Metadata v7); :func:`validate_positions` checks each position whose leader epoch moved
-on against the new leader's log (OffsetsForLeaderEpoch), as the Java client's
-``OffsetsForLeaderEpochUtils``; a truncated log moves the position back to where the logs
-diverge, or by ``auto.offset.reset`` when that is unknown (:func:`reset_truncated`). The
-decisions themselves are pure, in :mod:`~aiozkconsumer.epochs`.
+partition to a new leader's fetch loop: :func:`find_leaders` (one round) and
+:func:`leader_epochs` ask the partitions' leaders and epochs (Metadata v7);
+:func:`validate_positions` checks each position whose leader epoch moved on against the new
+leader's log (OffsetsForLeaderEpoch), as the Java client's ``OffsetsForLeaderEpochUtils``; a
+truncated log moves the position back to where the logs diverge, or by ``auto.offset.reset``
+when that is unknown (:func:`reset_truncated`). The decisions themselves are pure, in
+:mod:`~aiozkconsumer.epochs`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+from ._repeats import Repeats
 from .cluster import EARLIEST, LATEST, KafkaClient
 from .epochs import EpochError, Outcome, classify_epoch_error, validate_position
 from .errors import BrokerNotAvailableError, UnknownTopicError
 from .kafka.errors import error_name
 from .kafka.leader_epoch import LeaderAndEpoch, leaders_and_epochs, offsets_for_leader_epoch
 from .kafka.stable_offsets import list_offsets
-from .records import PartitionTopicInfo, TopicPartition, note_fetch_change
+from .records import (
+    PartitionTopicInfo,
+    TopicPartition,
+    describe_partitions,
+    note_fetch_change,
+)
 
-__all__ = ["leader_epochs", "reset_truncated", "validate_positions"]
+__all__ = ["find_leaders", "leader_epochs", "reset_truncated", "validate_positions"]
 
 log = logging.getLogger("aiozkconsumer.fetcher")
 """The fetcher's logger: these messages are the fetcher's, for a user's log configuration."""
@@ -44,6 +52,36 @@ async def leader_epochs(
         except BrokerNotAvailableError as e:
             log.debug("no leader epochs from broker %s: %s", node, e)
     return None
+
+
+async def find_leaders(
+    kafka: KafkaClient, pending: Mapping[TopicPartition, Any], repeats: Repeats
+) -> dict[TopicPartition, LeaderAndEpoch] | None:
+    """One round of the leader finder: leaders and leader epochs of ``pending`` (Metadata
+    v7), or ``None`` when no broker answered (then a WARNING, once per outage, through
+    ``repeats``, naming the partitions).
+
+    When the client knows brokers, the Metadata v7 request alone answers. The client's own
+    metadata is refreshed (a second request, decoded in full) only when that answer leaves a
+    partition without a leader, names a broker the client does not know, or no broker
+    answered; the epochs are then asked again. So a round costs one metadata request while
+    the cluster did not change, as the original's ``LeaderFinderThread`` round did
+    (``ClientUtils.fetchTopicMetadata``).
+    """
+    if kafka.brokers():
+        epochs = await leader_epochs(kafka, pending)
+        known = {node for node, _ in kafka.brokers()}
+        if epochs is not None and all(
+            (answer := epochs.get(tp)) is not None and answer.leader in known for tp in pending
+        ):
+            repeats.forget("no leader")
+            return epochs
+    if await kafka.refresh_metadata({tp.topic for tp in pending}):
+        repeats.forget("no leader")
+    else:
+        msg = "Failed to find leader for %s: no broker answered"
+        repeats.warning(log, "no leader", msg, describe_partitions(pending))
+    return await leader_epochs(kafka, pending)
 
 
 async def validate_positions(

@@ -76,7 +76,7 @@ from .errors import (
 )
 from .fetch_chunk import chunk_from
 from .fetch_lag import LagGauges
-from .fetch_leaders import leader_epochs, validate_positions
+from .fetch_leaders import find_leaders, validate_positions
 from .fetch_plan import FetchPlan, chunk_continues, fetcher_id_for, plan_fetch
 from .fetch_reuse import CountedPartitions, PlannedRequest, plan_request
 from .kafka.client import FetchChannel
@@ -95,7 +95,6 @@ from .records import (
     FetchedDataChunk,
     PartitionTopicInfo,
     TopicPartition,
-    describe_partitions,
     note_fetch_change,
 )
 
@@ -891,13 +890,7 @@ class FetcherManager:
             if not pending:
                 self._no_leader_event = anyio.Event()
                 continue
-            ok = await self.kafka.refresh_metadata({tp.topic for tp in pending})
-            if ok:
-                self.repeats.forget("no leader")
-            else:
-                msg = "Failed to find leader for %s: no broker answered"
-                self.repeats.warning(log, "no leader", msg, describe_partitions(pending))
-            epochs = await leader_epochs(self.kafka, pending)
+            epochs = await find_leaders(self.kafka, pending, self.repeats)
             found: dict[tuple[int, int], list[PartitionTopicInfo]] = {}
             to_validate: dict[int, dict[PartitionTopicInfo, int]] = {}
             for tp, pti in pending.items():
