@@ -26,31 +26,78 @@ from _rebalance_tracker import Tracker, out
 # -- the producer ----------------------------------------------------------------------------
 
 
-async def producer_main(args: argparse.Namespace) -> None:
-    """Write one 100 B record to every partition every ``--tick-ms`` until SIGTERM."""
-    from aiokafka import AIOKafkaProducer
+AIOKAFKA_PRODUCER_MAX_PARTITIONS = 1024
+"""Above this many partitions the load is written with confluent-kafka's producer."""
 
+
+async def producer_main(args: argparse.Namespace) -> None:
+    """Write one 100 B record to every partition every ``--tick-ms`` until SIGTERM.
+
+    Up to :data:`AIOKAFKA_PRODUCER_MAX_PARTITIONS` partitions with aiokafka's producer (as
+    every earlier run of this benchmark); above, with confluent-kafka's (the ``bench`` extra)
+    when it is installed. aiokafka's ``send`` lists every partition of the topic on each call
+    (``ClusterMetadata.partitions_for_topic``), so a tick costs O(partitions²): at 4,096
+    partitions its producer alone took a whole core and fell behind its ticks (py-spy),
+    leaving the group too little CPU to settle.
+    """
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap_server, acks=1, linger_ms=5)
-    await producer.start()
     value = b"r" * 100
+    tick = args.tick_ms / 1000
+    Producer = None
+    if args.partitions > AIOKAFKA_PRODUCER_MAX_PARTITIONS:
+        with contextlib.suppress(ImportError):
+            from confluent_kafka import Producer
+    if Producer is not None:
+        producer = Producer({"bootstrap.servers": args.bootstrap_server, "acks": 1, "linger.ms": 5})
+
+        def write_tick() -> None:
+            for p in range(args.partitions):
+                while True:
+                    try:
+                        producer.produce(args.topic, value, partition=p)
+                        break
+                    except BufferError:  # the local queue is full: let it drain
+                        producer.poll(0.01)
+            producer.poll(0)
+
+        out("producing")
+        try:
+            await _ticks(write_tick, tick, stop)
+        finally:
+            producer.flush(10)
+        return
+    from aiokafka import AIOKafkaProducer
+
+    aio = AIOKafkaProducer(bootstrap_servers=args.bootstrap_server, acks=1, linger_ms=5)
+    await aio.start()
     try:
         out("producing")
-        tick = args.tick_ms / 1000
-        next_t = time.monotonic()
-        while not stop.is_set():
+
+        async def write_tick_aio() -> None:
             for p in range(args.partitions):
-                await producer.send(args.topic, value, partition=p)
-            next_t += tick
-            delay = next_t - time.monotonic()
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
-            else:
-                next_t = time.monotonic()
+                await aio.send(args.topic, value, partition=p)
+
+        await _ticks(write_tick_aio, tick, stop)
     finally:
-        await producer.stop()
+        await aio.stop()
+
+
+async def _ticks(write: Any, tick: float, stop: asyncio.Event) -> None:
+    """Call ``write`` (a function or a coroutine function) every ``tick`` seconds until
+    ``stop``; a tick that overran starts the next one at once."""
+    next_t = time.monotonic()
+    while not stop.is_set():
+        result = write()
+        if asyncio.iscoroutine(result):
+            await result
+        next_t += tick
+        delay = next_t - time.monotonic()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+        else:
+            next_t = time.monotonic()
 
 
 # -- a member process ------------------------------------------------------------------------
