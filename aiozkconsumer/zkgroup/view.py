@@ -87,7 +87,11 @@ class ViewReader:
         The reads are independent, so they are all in flight at once (one ZooKeeper session
         answers pipelined requests in order): about three round trips instead of one per
         read. The partitions of this member's own topics (a static subscription) are read
-        with them, those of other members' topics afterwards.
+        with them, those of other members' topics afterwards. The cluster's topic list is
+        needed only to match wildcard subscriptions: a member with a static one reads it only
+        when some registration is a wildcard one (after the registrations; with Kafka
+        metadata it is a metadata request for every topic and its partitions, the costliest
+        read of the view on a cluster of thousands of partitions).
 
         Returns:
             The view; ``registered`` is ``False`` when the own registration node is missing,
@@ -141,7 +145,10 @@ class ViewReader:
         async def read_partitions() -> None:
             partitions.update(await cluster.partitions_for_topics(guess))
 
-        steps = [read_registration(), read_topics(), read_members()]
+        topics_read = not isinstance(own, StaticTopicCount)
+        steps = [read_registration(), read_members()]
+        if topics_read:
+            steps.append(read_topics())
         if not from_kafka:
             steps.append(read_brokers())
         if guess:
@@ -154,23 +161,25 @@ class ViewReader:
             self.on_no_brokers()
             return View(brokers=False)
         self.members = tuple(members)
-        topic_counts: dict[str, TopicCount] = {}
+        registrations: dict[str, layout.Registration] = {}
         for member, data in zip(members, datas, strict=True):
             path = layout.ids_path(group, member)
             if data is None:
                 continue  # left meanwhile; the ids watch triggers another rebalance
             try:
-                reg = layout.decode_registration(data, path)
+                registrations[member] = layout.decode_registration(data, path)
             except MalformedZookeeperDataError as e:
                 if member == me:
                     raise
                 # Every member reads the same bytes and leaves the same member out, so the
                 # plans still agree; the rest of the group keeps consuming.
                 log.error("[%s] leaving member %s out of the assignment: %s", me, member, e)
-                continue
-            topic_counts[member] = construct_topic_count(
-                member, reg, all_topics, cfg.exclude_internal_topics
-            )
+        if not topics_read and any(reg.is_wildcard for reg in registrations.values()):
+            all_topics = await cluster.all_topics()
+        topic_counts: dict[str, TopicCount] = {
+            member: construct_topic_count(member, reg, all_topics, cfg.exclude_internal_topics)
+            for member, reg in registrations.items()
+        }
         if me not in topic_counts:
             raise ConsumerError(f"own registration of {me} vanished during rebalance")
         topics = {

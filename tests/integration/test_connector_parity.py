@@ -211,6 +211,24 @@ async def test_wildcard_consumes_topics_created_later(
     assert len(seen.pairs) == 22  # nothing of the topic the filter does not match
 
 
+async def test_a_static_member_and_a_wildcard_member_split_the_topic(
+    any_cluster: LocalCluster, unique_topic: str, unique_group_id: str
+) -> None:
+    """A member with a static subscription reads the cluster's topic list only when some
+    registration is a wildcard one; it must then see the wildcard member's topics, or the
+    two would plan differently and the wildcard member would get nothing."""
+    await _topic(any_cluster, unique_topic, 4, 0)
+    config = config_for(any_cluster, unique_group_id)
+    async with ZookeeperConsumerConnector(config) as a, ZookeeperConsumerConnector(config) as b:
+        await a.create_message_streams({unique_topic: 1})
+        await b.create_message_streams_by_filter(Whitelist(unique_topic), 1)
+        await wait_settled([a, b])
+        owned_a = {tp.partition for tp in a.statistics().owned_partitions}
+        owned_b = {tp.partition for tp in b.statistics().owned_partitions}
+        assert len(owned_a) == len(owned_b) == 2
+        assert owned_a | owned_b == {0, 1, 2, 3}
+
+
 async def test_malformed_registration_of_another_member_is_left_out(
     any_cluster: LocalCluster, unique_topic: str, unique_group_id: str, any_zk_client: Any
 ) -> None:
