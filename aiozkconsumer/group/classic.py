@@ -70,6 +70,7 @@ __all__ = ["KafkaCoordinator"]
 
 log = logging.getLogger(__name__)
 
+
 class KafkaCoordinator(GroupMember):
     """One member's part in a Kafka-coordinated group (classic protocol).
 
