@@ -68,9 +68,9 @@ async def find_leaders(
     the cluster did not change, as the original's ``LeaderFinderThread`` round did
     (``ClientUtils.fetchTopicMetadata``).
     """
-    if kafka.brokers():
+    known = {node for node, _ in kafka.brokers()}
+    if known:
         epochs = await leader_epochs(kafka, pending)
-        known = {node for node, _ in kafka.brokers()}
         if epochs is not None and all(
             (answer := epochs.get(tp)) is not None and answer.leader in known for tp in pending
         ):

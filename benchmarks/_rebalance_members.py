@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from _rebalance_settings import JAVA_MODES
@@ -51,7 +51,7 @@ async def producer_main(args: argparse.Namespace) -> None:
     if Producer is not None:
         producer = Producer({"bootstrap.servers": args.bootstrap_server, "acks": 1, "linger.ms": 5})
 
-        def write_tick() -> None:
+        async def write_tick() -> None:
             for p in range(args.partitions):
                 while True:
                     try:
@@ -83,14 +83,12 @@ async def producer_main(args: argparse.Namespace) -> None:
         await aio.stop()
 
 
-async def _ticks(write: Any, tick: float, stop: asyncio.Event) -> None:
-    """Call ``write`` (a function or a coroutine function) every ``tick`` seconds until
-    ``stop``; a tick that overran starts the next one at once."""
+async def _ticks(write: Callable[[], Awaitable[None]], tick: float, stop: asyncio.Event) -> None:
+    """Await ``write()`` every ``tick`` seconds until ``stop``; a tick that overran starts
+    the next one at once."""
     next_t = time.monotonic()
     while not stop.is_set():
-        result = write()
-        if asyncio.iscoroutine(result):
-            await result
+        await write()
         next_t += tick
         delay = next_t - time.monotonic()
         if delay > 0:
