@@ -322,12 +322,26 @@ class ConsumerProtocolCoordinator(GroupMember):
         records out only while its last answered heartbeat is younger than 0.8 of it. The
         broker decides the timeout (``group.consumer.session.timeout.ms``, or the group's
         ``consumer.session.timeout.ms``); assuming the 45 s default on a broker set lower let
-        a member that had been expelled go on delivering for up to 36 s."""
-        ms = await self.group.session_timeout_ms()
+        a member that had been expelled go on delivering for up to 36 s.
+
+        Only a broker that answers without saying (no DescribeConfigs on the group, say)
+        leaves ``session.timeout.ms`` in force. No answer keeps what an earlier join learned;
+        with nothing learned yet, the join waits for an answer.
+
+        Raises:
+            GroupRequestError: (not ``fatal``) the coordinator did not answer and no earlier
+                join learned the timeout: the attempt fails and is retried.
+        """
+        try:
+            ms = await self.group.session_timeout_ms()
+        except GroupRequestError:
+            if self._broker_session_timeout_ms is not None:
+                return  # what an earlier join learned still holds
+            raise
         if ms is None and self._broker_session_timeout_ms is None:
             log.info(
                 "[%s] the broker did not tell group %s's session timeout (DescribeConfigs of "
-                "the group); assuming %d ms",
+                "the group); assuming session.timeout.ms=%d",
                 self.consumer_id,
                 self.config.group_id,
                 self.config.session_timeout_ms,

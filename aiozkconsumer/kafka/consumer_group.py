@@ -656,24 +656,35 @@ class ConsumerGroupClient(GroupClient):
         """The group's session timeout on the broker (``consumer.session.timeout.ms`` of the
         group, KIP-848's group config: the group's own value, else the broker's
         ``group.consumer.session.timeout.ms``), from DescribeConfigs of the ``GROUP``
-        resource (type 32, Kafka 4.0+). The member cannot send its own (the broker decides
+        resource (type 32, Kafka 4.0+), asked of the group's coordinator (the broker the
+        member's join needs anyway). The member cannot send its own (the broker decides
         it), so it asks, to bound how long it may hand records out without an answered
         heartbeat.
 
         Returns:
-            The timeout in ms, or ``None`` when the broker does not say (no answer, an
-            error such as ``GROUP_AUTHORIZATION_FAILED`` without DescribeConfigs on the
-            group, or a value that is not a number).
+            The timeout in ms, or ``None`` when the broker answers without saying (an error
+            such as ``GROUP_AUTHORIZATION_FAILED`` without DescribeConfigs on the group, a
+            broker without the request or the resource type, or a value that is not a
+            number).
+
+        Raises:
+            GroupRequestError: (not ``fatal``) no answer: no coordinator found (or it is
+                moving or loading), or it did not answer. The caller must not take that for
+                "the default applies": a member that assumed the 45 s default on a broker
+                set lower went on handing records out after the broker had given its
+                partitions away.
         """
+        request = DescribeConfigsRequest([(_GROUP_RESOURCE, self.group, [_SESSION_KEY])])
         try:
-            kafka = await self._kafka_getter()
-            node = kafka.raw.get_random_node()
-            if node is None:
-                return None
-            request = DescribeConfigsRequest([(_GROUP_RESOURCE, self.group, [_SESSION_KEY])])
-            resp = await self._send(kafka, node, request, None, "DescribeConfigs")
-        except (GroupRequestError, IncompatibleBrokerVersion):
+            resp = await self._to_coordinator(
+                request, "DescribeConfigs", self.request_timeout_ms / 1000
+            )
+        except IncompatibleBrokerVersion:
             return None
+        except GroupRequestError as e:
+            if e.fatal:
+                return None  # the broker cannot be asked (too old, no version in common)
+            raise
         return decode_session_timeout(resp.resources)
 
     async def _send(

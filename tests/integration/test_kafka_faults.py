@@ -80,6 +80,9 @@ import pytest
 from _support import until_any
 
 from aiozkconsumer import ConsumerConfig, KafkaConsumerConnector
+from aiozkconsumer.kafka.client import KafkaClient
+from aiozkconsumer.kafka.consumer_group import ConsumerGroupClient
+from aiozkconsumer.kafka.group import GroupRequestError
 from aiozkconsumer.testing import LocalCluster
 from aiozkconsumer.testing.chaos import (
     ChaosReport,
@@ -527,3 +530,46 @@ async def test_a_consumer_protocol_member_heartbeats_through_a_slow_revocation_l
     fenced = [r.getMessage() for r in caplog.records if needle in r.getMessage()]
     assert not fenced, fenced
     assert listener.revoked
+
+
+# -- the consumer protocol's session timeout with brokers out of reach ------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+async def test_the_group_session_timeout_is_asked_of_the_coordinator_and_no_answer_is_no_answer(
+    kafka_faults_cluster: LocalCluster,
+) -> None:
+    """A ``group.protocol=consumer`` member bounds its hand-outs by the group's session
+    timeout on the broker (``T`` here), which it asks with DescribeConfigs. It asks the
+    coordinator, which its join needs anyway: with its links to the two other brokers
+    refused, every answer is ``T`` (asked of a random broker, two in three asks came back
+    empty and the member assumed ``session.timeout.ms``'s 45 s: in a chaos run, an expelled
+    member went on handing out a partition its heir held). With no broker answering, the
+    ask raises instead of saying "not told"."""
+    cluster = kafka_faults_cluster
+    group = await _group_on(cluster, lambda b: True, f"faults-ask-{uuid.uuid4().hex[:6]}")
+    coordinator = await BrokerLookup(cluster).coordinator(group)
+    assert coordinator is not None
+    link = cluster.link(0)
+    kafka = KafkaClient(link.bootstrap_servers, client_id="session-timeout-ask")
+    await kafka.start()
+
+    async def get_kafka() -> KafkaClient:
+        return kafka
+
+    asker = ConsumerGroupClient(get_kafka, group, request_timeout_ms=3000)
+    try:
+        for broker in range(BROKERS):
+            if broker != coordinator:
+                await link.cut(broker, FaultMode.REFUSE)
+        answers = [await asker.session_timeout_ms() for _ in range(6)]
+        assert answers == [SESSION_TIMEOUT_MS] * 6
+        await link.cut(coordinator, FaultMode.REFUSE)
+        asker.forget_coordinator()
+        with pytest.raises(GroupRequestError) as info:
+            await asker.session_timeout_ms()
+        assert not info.value.fatal
+    finally:
+        await link.heal("brokers")
+        await kafka.close()
