@@ -53,10 +53,16 @@ __all__ = [
 
 Decoder = Callable[[bytes], Any]
 
-# The take loop's outcomes that _poll tests after each call (for __anext__, once per record),
+# The take loop's outcomes that _poll tests after each call,
 # bound once here as plain ints: looking a member up on its IntEnum class costs about 0.1 us
 # (Python 3.11), and comparing an int with a member a subclass check.
 _GATE, _FULL, _ERROR = int(Outcome.GATE), int(Outcome.FULL), int(Outcome.ERROR)
+
+READ_AHEAD_RECORDS = 32
+"""The most records ``async for`` decodes ahead of the reader, from one chunk at a time."""
+READ_AHEAD_BYTES = 256 * 1024
+"""About the most value bytes it decodes ahead: fewer records when they are large (sized from
+the last record read ahead)."""
 
 
 def _gate_closed(pti: PartitionTopicInfo) -> bool:
@@ -100,6 +106,14 @@ class ConsumerIterator:
     ``consumer.timeout.ms``) until the session is back, or drops them if the partitions were
     released meanwhile. The original kept handing them out (§10.5 of the reference).
 
+    ``async for`` reads ahead: up to ``READ_AHEAD_RECORDS`` records of one chunk (fewer when
+    large, about ``READ_AHEAD_BYTES`` of values) are decoded in one call and handed out one
+    by one. Each is handed out as a record taken then would be: the gate checked, its
+    offset counted as consumed (and in the meters) only then; records read ahead of a
+    partition released, seeked or paused meanwhile are dropped. ``next_batch`` and
+    ``next_columns`` hand out what was read ahead first. A stream with a key or value
+    decoder reads one record at a time, so a decoder's error comes with its record.
+
     Poll liveness (``max.poll.interval.ms``, Kafka-coordinated members): each ask for records
     stores a monotonic timestamp (:meth:`held_since`), the only per-record cost; a member whose
     reader holds what it was handed past the interval leaves its group
@@ -107,6 +121,12 @@ class ConsumerIterator:
     """
 
     __slots__ = (
+        "_ahead",
+        "_ahead_end",
+        "_ahead_i",
+        "_ahead_limit",
+        "_ahead_pti",
+        "_ahead_truncations",
         "_batches",
         "_count",
         "_index",
@@ -158,6 +178,16 @@ class ConsumerIterator:
         self._polled_at = 0.0
         self._waiting = False
         self._poll_listener: Any = None
+        # ``async for``'s read-ahead: records decoded from one chunk, not handed out yet (from
+        # _ahead_i on), of _ahead_pti (read under _ahead_truncations); _ahead_end is the
+        # consumed offset once all of them are handed out. Their offsets count as consumed
+        # only as each is handed out.
+        self._ahead: list[MessageAndMetadata] = []
+        self._ahead_i = 0
+        self._ahead_pti: PartitionTopicInfo | None = None
+        self._ahead_end = 0
+        self._ahead_truncations = 0
+        self._ahead_limit = 1  # sized from the first record read
 
     def __aiter__(self) -> ConsumerIterator:
         return self
@@ -298,23 +328,29 @@ class ConsumerIterator:
         self.clear_current_chunk()
         return True
 
-    def _refill(self) -> bool:
-        """Between record batches: move on to the next batch of the chunk, else to the next
-        queued chunk. ``False`` when nothing is ready (or the stream ended)."""
+    def _refill(self, new_chunk: bool = True) -> bool:
+        """Between record batches: move on to the next batch of the chunk, else (with
+        ``new_chunk``) to the next queued chunk. ``False`` when nothing is ready (or the
+        stream ended)."""
         if self._pti is not None and self._next_batch_records():
             return True
-        if self._done or self._queue.empty():
+        if not new_chunk or self._done or self._queue.empty():
             return False
         self._take_chunk(self._queue.get_nowait())
         return True
 
-    def _poll(self, out: list[MessageAndMetadata], limit: int) -> PartitionTopicInfo | None:
+    def _poll(
+        self, out: list[MessageAndMetadata], limit: int, ahead: bool = False
+    ) -> PartitionTopicInfo | None:
         """Append up to ``limit`` ready records to ``out`` without waiting.
 
-        The hot path of both ``__anext__`` and ``next_batch``, written for speed: it runs
-        once per record. The gate (session and lease) is checked before every record, so a
-        lease that runs out mid-chunk stops delivery at once; the consumed offset advances
-        with every record handed out.
+        The hot path of ``next_batch`` and of ``__anext__``'s read-ahead, written for speed:
+        it runs once per record. The gate (session and lease) is checked before every record,
+        so a lease that runs out mid-chunk stops delivery at once; the consumed offset
+        advances with every record taken.
+
+        With ``ahead`` (the read-ahead), the records come from one chunk only (a new chunk is
+        taken only while ``out`` is empty), and the meters are left to the hand-out.
 
         Returns:
             The ``PartitionTopicInfo`` whose gate is closed (the next record is kept
@@ -335,6 +371,10 @@ class ConsumerIterator:
                 if _gate_closed(pti):
                     return pti
                 got, status = self._take_native(pti, out, limit - n, plain)
+                if not ahead:
+                    self._count += got
+                elif got:
+                    self._ahead_pti = pti
                 n += got
                 if status == _GATE:
                     return pti
@@ -344,7 +384,7 @@ class ConsumerIterator:
                     continue
                 # Outcome.DONE or FOREIGN: the Python path takes the next item.
             if pti is None or recs is None:
-                if not self._refill():
+                if not self._refill(not (ahead and n)):
                     return None
                 continue
             if self._released(pti):
@@ -363,7 +403,10 @@ class ConsumerIterator:
                     continue  # a compressed batch (or a re-fetch) starts before the position
                 if not gate.open or _monotonic() >= gate.deadline:
                     self._pending = record
-                    self._count += taken
+                    if not ahead:
+                        self._count += taken
+                    elif taken:
+                        self._ahead_pti = pti
                     return pti
                 pti.consumed_offset = offset + 1
                 if plain:
@@ -393,7 +436,10 @@ class ConsumerIterator:
                     break
             else:
                 self._recs = None
-            self._count += taken
+            if not ahead:
+                self._count += taken
+            elif taken:
+                self._ahead_pti = pti
         return None
 
     def _take_native(
@@ -440,7 +486,6 @@ class ConsumerIterator:
                 out.append(m._replace(key=key, value=value))
         if consumed > pti.consumed_offset:
             pti.consumed_offset = consumed
-        self._count += got
         return got, status
 
     def _poll_columns(self, columns: ColumnBuilder, limit: int) -> PartitionTopicInfo | None:
@@ -523,12 +568,199 @@ class ConsumerIterator:
         return None
 
     async def __anext__(self) -> MessageAndMetadata:
-        self._polled_at = _monotonic()  # the reader asks: poll liveness's clock starts anew
-        if self._deferred is not None:
-            error, self._deferred = self._deferred, None
-            raise error
+        now = _monotonic()
+        self._polled_at = now  # the reader asks: poll liveness's clock starts anew
+        ahead = self._ahead
+        if ahead:
+            # The hand-out of a record read ahead: the gate and the partition's ownership
+            # checked, the consumed offset set, as for a record taken now.
+            pti = self._ahead_pti
+            assert pti is not None
+            gate = pti.gate
+            if (
+                gate.open
+                and now < gate.deadline
+                and pti.active
+                and pti.truncations == self._ahead_truncations
+            ):
+                i = self._ahead_i
+                msg = ahead[i]
+                i += 1
+                if i < len(ahead):
+                    self._ahead_i = i
+                    pti.consumed_offset = msg[2] + 1
+                else:
+                    pti.consumed_offset = self._ahead_end
+                    self._end_ahead(i)
+                return msg
+        return await self._next_record()
+
+    async def _next_record(self) -> MessageAndMetadata:
+        """``__anext__`` when no record read ahead can go out now: hands out what is read
+        ahead once the gate opens (or drops it if its partition was released, or its
+        position moved), else reads ahead, waiting for a chunk if none is ready."""
         out: list[MessageAndMetadata] = []
         while True:
+            if self._ahead:
+                held = self._hand_out_ahead(out, 1)
+                if out:
+                    return out[0]
+                if held is not None:
+                    await self._wait(held.gate.wait_open())
+                continue
+            if self._deferred is not None:  # after the records read before it
+                error, self._deferred = self._deferred, None
+                raise error
+            held = self._read_ahead()
+            if self._ahead:
+                continue
+            if held is not None:
+                await self._wait(held.gate.wait_open())
+                continue
+            if self._done:
+                raise StopAsyncIteration
+            self._take_chunk(await self._wait(self._queue.get()))
+
+    def _read_ahead(self) -> PartitionTopicInfo | None:
+        """Decode up to ``_ahead_limit`` ready records of one chunk into the read-ahead.
+
+        Their partition's consumed offset is set back to the first of them: each counts as
+        consumed only when handed out (``__anext__``). An error met after some records
+        (a corrupt or undecodable batch further on) is kept for the call after they went
+        out, as ``next_batch`` does.
+
+        Returns:
+            As ``_poll``.
+
+        Raises:
+            MessageSizeTooLargeError, CorruptRecordError, UnsupportedCodecError: met before
+                any record was read (any error then, a decoder's too).
+        """
+        out: list[MessageAndMetadata] = []
+        # With decoders, one record at a time: a decoder's error then comes with the record
+        # it failed on, as without the read-ahead.
+        decoding = self._key_decoder is not None or self._value_decoder is not None
+        try:
+            held = self._poll(out, 1 if decoding else self._ahead_limit, ahead=True)
+        except Exception as e:
+            if not out:
+                raise
+            self._deferred = e  # after the records read before it
+            held = None
+        if not out:
+            return held
+        pti = self._ahead_pti  # set by _poll: the one partition the records are of
+        assert pti is not None
+        self._ahead_end = max(pti.consumed_offset, out[-1][2] + 1)
+        # Nothing deliverable lies between the consumed offset before the read and the first
+        # record (control batches, aborted or compacted-away offsets, records below it).
+        pti.consumed_offset = out[0][2]
+        self._ahead = out
+        self._ahead_i = 0
+        self._ahead_pti = pti
+        self._ahead_truncations = pti.truncations
+        value = out[-1][4]
+        size = len(value) if isinstance(value, (bytes, bytearray, memoryview)) else 0
+        self._ahead_limit = max(1, min(READ_AHEAD_RECORDS, READ_AHEAD_BYTES // max(size, 1)))
+        return held
+
+    def _hand_out_ahead(
+        self, out: list[MessageAndMetadata], limit: int
+    ) -> PartitionTopicInfo | None:
+        """Hand records read ahead out into ``out`` (up to ``len(out) == limit``), each with
+        the gate checked and its offset counted as consumed; drops them all if their
+        partition was released or its position moved since.
+
+        Returns:
+            The partition whose gate is closed (the rest stays read ahead), else ``None``.
+        """
+        pti = self._ahead_pti
+        assert pti is not None
+        ahead = self._ahead
+        i = self._ahead_i
+        if not pti.active or pti.truncations != self._ahead_truncations:
+            self._end_ahead(i)
+            return None
+        gate = pti.gate
+        n = len(out)
+        while i < len(ahead) and n < limit:
+            if not gate.open or _monotonic() >= gate.deadline:
+                self._ahead_i = i
+                return pti
+            msg = ahead[i]
+            out.append(msg)
+            pti.consumed_offset = msg[2] + 1
+            i += 1
+            n += 1
+        if i < len(ahead):
+            self._ahead_i = i
+        else:
+            pti.consumed_offset = self._ahead_end
+            self._end_ahead(i)
+        return None
+
+    def _end_ahead(self, handed_out: int) -> None:
+        """Empty the read-ahead, ``handed_out`` of its records counted in the meters."""
+        pti = self._ahead_pti
+        if handed_out and pti is not None and pti.meters is not None:
+            pti.meters[0].mark(handed_out)
+            pti.meters[1].mark(handed_out)
+        self._ahead = []
+        self._ahead_i = 0
+        self._ahead_pti = None
+
+    def drop_read_ahead(self) -> None:
+        """Forget the records ``async for`` read ahead (a rebalance cleared the stream);
+        their offsets were not counted as consumed."""
+        if self._ahead:
+            self._end_ahead(self._ahead_i)
+
+    async def next_batch(self, max_records: int = 500) -> list[MessageAndMetadata]:
+        """Wait for at least one record, then take up to ``max_records`` that are ready.
+
+        Never waits for more records once one is in hand, so latency stays that of a single
+        record while throughput grows with the batch. Records ``async for`` read ahead go
+        out first.
+
+        Raises:
+            StopAsyncIteration: the stream ended (shutdown) and nothing is left.
+            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError,
+                UnsupportedCodecError: as ``__anext__`` (a record already taken into the batch
+                is returned first; the error comes next call).
+        """
+        batch: list[MessageAndMetadata] = []
+        if self._ahead:
+            self._polled_at = _monotonic()
+            self._hand_out_ahead(batch, max_records)
+        if not batch:
+            batch.append(await self._first_record())
+        if self._ahead:
+            self._hand_out_ahead(batch, max_records)
+            if self._ahead:
+                return batch  # the rest read ahead goes out first next time
+        if len(batch) < max_records and self._deferred is None:
+            try:
+                self._poll(batch, max_records)
+            except (MessageSizeTooLargeError, CorruptRecordError, UnsupportedCodecError) as e:
+                self._deferred = e  # the records in hand go out first; the error next call
+        self._flush_meters()
+        return batch
+
+    async def _first_record(self) -> MessageAndMetadata:
+        """``next_batch``'s first record: taken alone, waiting for it if needed."""
+        self._polled_at = _monotonic()  # the reader asks: poll liveness's clock starts anew
+        out: list[MessageAndMetadata] = []
+        while True:
+            if self._ahead:  # read ahead by __anext__, the gate closed
+                held = self._hand_out_ahead(out, 1)
+                if out:
+                    return out[0]
+                if held is not None:
+                    await self._wait(held.gate.wait_open())
+                continue
+            if self._deferred is not None:  # after the records read before it
+                error, self._deferred = self._deferred, None
+                raise error
             held = self._poll(out, 1)
             if out:
                 return out[0]
@@ -538,26 +770,6 @@ class ConsumerIterator:
             if self._done:
                 raise StopAsyncIteration
             self._take_chunk(await self._wait(self._queue.get()))
-
-    async def next_batch(self, max_records: int = 500) -> list[MessageAndMetadata]:
-        """Wait for at least one record, then take up to ``max_records`` that are ready.
-
-        Never waits for more records once one is in hand, so latency stays that of a single
-        record while throughput grows with the batch.
-
-        Raises:
-            StopAsyncIteration: the stream ended (shutdown) and nothing is left.
-            ConsumerTimeoutError, MessageSizeTooLargeError, CorruptRecordError,
-                UnsupportedCodecError: as ``__anext__`` (a record already taken into the batch
-                is returned first; the error comes next call).
-        """
-        batch = [await self.__anext__()]
-        try:
-            self._poll(batch, max_records)
-        except (MessageSizeTooLargeError, CorruptRecordError, UnsupportedCodecError) as e:
-            self._deferred = e  # the records in hand go out first; the error on the next call
-        self._flush_meters()
-        return batch
 
     async def next_columns(self, columns: ColumnBuilder, max_records: int = 10_000) -> None:
         """As ``next_batch``, the records added to ``columns`` instead of returned.
@@ -577,10 +789,21 @@ class ConsumerIterator:
                 first; the error comes next call).
         """
         self._polled_at = _monotonic()
+        start = len(columns)
+        while self._ahead:
+            # Records ``async for`` read ahead go out first.
+            read: list[MessageAndMetadata] = []
+            held = self._hand_out_ahead(read, max_records)
+            if read:
+                columns.add_messages(read)
+                if self._ahead or len(read) >= max_records or self._deferred is not None:
+                    return
+                break
+            if held is not None:
+                await self._wait(held.gate.wait_open())
         if self._deferred is not None:
             error, self._deferred = self._deferred, None
             raise error
-        start = len(columns)
         while True:
             try:
                 held = self._poll_columns(columns, start + max_records)
@@ -768,8 +991,10 @@ class KafkaStream:
         return self._iterator
 
     def clear(self) -> None:
-        """Drop the iterator's current chunk, used by a rebalance (``KafkaStream.clear``)."""
+        """Drop the iterator's current chunk and what ``async for`` read ahead, used by a
+        rebalance (``KafkaStream.clear``)."""
         self._iterator.clear_current_chunk()
+        self._iterator.drop_read_ahead()
 
     async def batches(self, max_records: int = 500) -> AsyncIterator[list[MessageAndMetadata]]:
         """Iterate in batches: ``async for batch in stream.batches(max_records=1000)``.

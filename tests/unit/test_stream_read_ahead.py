@@ -3,9 +3,9 @@
 What a reader was handed is all that counts as consumed (commits, lag), a release drops the
 rest of the chunk, a closed gate holds records back, and ``next_batch`` / ``next_columns``
 after ``__anext__`` go on exactly where it stopped. Record sets are parsed by the decoder the
-fetcher uses (native when built, aiokafka's otherwise); no servers. A read-ahead for
-``async for`` was tried (issue 25 item 3) and taken back: it let a record out while the
-ZooKeeper session was suspended (``test_zk_faults.py``'s restart test).
+fetcher uses (native when built, aiokafka's otherwise); no servers. ``async for`` reads a
+chunk's records ahead (``READ_AHEAD_RECORDS``, fewer when large) and hands them out one by
+one, each with the gate checked and its offset counted as consumed then.
 """
 
 from __future__ import annotations
@@ -119,3 +119,74 @@ async def test_next_columns_after_anext_goes_on_in_order() -> None:
         offsets += columns.take_batch().column("offset").to_pylist()
     assert offsets == list(range(1, 60))
     assert info.consumed_offset == 60
+
+
+class _Meter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def mark(self, n: int = 1) -> None:
+        self.count += n
+
+
+async def test_the_meters_count_what_was_handed_out_not_what_was_read_ahead() -> None:
+    stream, info, queue = setup((0, record_set(0, 50)))
+    topic_meter, all_meter = _Meter(), _Meter()
+    info.meters = (topic_meter, all_meter)
+    it = stream.iterator
+    for expected in range(5):
+        assert (await it.__anext__()).offset == expected
+    info.active = False  # released with records still read ahead
+    with pytest.raises(ConsumerTimeoutError):
+        await it.__anext__()
+    assert topic_meter.count == all_meter.count == 5
+
+
+async def test_async_for_reads_fewer_large_records_ahead() -> None:
+    from aiozkconsumer.stream import READ_AHEAD_BYTES, READ_AHEAD_RECORDS
+
+    size = 100 * 1024
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 24)
+    for i in range(20):
+        builder.append(i, 1_700_000_000_000 + i, None, bytes(size), [])
+    stream, info, _ = setup((0, bytes(builder.build())))
+    it = stream.iterator
+    offsets = []
+    most = 0
+    for _ in range(20):
+        offsets.append((await it.__anext__()).offset)
+        most = max(most, len(it._ahead) - it._ahead_i)
+    assert offsets == list(range(20)) and info.consumed_offset == 20
+    # Decoded ahead of the reader: about READ_AHEAD_BYTES of values, not READ_AHEAD_RECORDS.
+    assert 0 < most <= READ_AHEAD_BYTES // size < READ_AHEAD_RECORDS
+
+
+async def test_a_seek_drops_what_was_read_ahead() -> None:
+    stream, info, _ = setup((0, record_set(0, 30)))
+    it = stream.iterator
+    assert (await it.__anext__()).offset == 0
+    assert (await it.__anext__()).offset == 1
+    info.truncations += 1  # a seek or pause voided what was fetched before it
+    with pytest.raises(ConsumerTimeoutError):
+        await it.__anext__()
+    assert info.consumed_offset == 2
+
+
+async def test_a_decoder_error_comes_with_its_record_and_the_rest_follow() -> None:
+    queue = ChunkQueue(maxsize=2)
+    info = PartitionTopicInfo("t", 0, queue, 0, 0, 1 << 20, "c")
+    batches = list(read_record_set(record_set(0, 10), TP, True).batches)
+    queue.put_nowait(FetchedDataChunk(batches, info, 0))
+
+    def decode(value: bytes) -> str:
+        if value == b"v3":
+            raise ValueError("not a value")
+        return value.decode()
+
+    it = KafkaStream(queue, 200, "c", "t-0", value_decoder=decode).iterator
+    got = [(await it.__anext__()).value for _ in range(3)]
+    assert got == ["v0", "v1", "v2"] and info.consumed_offset == 3
+    with pytest.raises(ValueError, match="not a value"):
+        await it.__anext__()
+    rest = [(await it.__anext__()).value for _ in range(6)]
+    assert rest == [f"v{i}" for i in range(4, 10)] and info.consumed_offset == 10
