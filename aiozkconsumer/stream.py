@@ -58,7 +58,7 @@ Decoder = Callable[[bytes], Any]
 # (Python 3.11), and comparing an int with a member a subclass check.
 _GATE, _FULL, _ERROR = int(Outcome.GATE), int(Outcome.FULL), int(Outcome.ERROR)
 
-READ_AHEAD_RECORDS = 32
+READ_AHEAD_RECORDS = 128
 """The most records ``async for`` decodes ahead of the reader, from one chunk at a time."""
 READ_AHEAD_BYTES = 256 * 1024
 """About the most value bytes it decodes ahead: fewer records when they are large (sized from
@@ -123,7 +123,7 @@ class ConsumerIterator:
     __slots__ = (
         "_ahead",
         "_ahead_end",
-        "_ahead_i",
+        "_ahead_n",
         "_ahead_limit",
         "_ahead_pti",
         "_ahead_truncations",
@@ -178,12 +178,12 @@ class ConsumerIterator:
         self._polled_at = 0.0
         self._waiting = False
         self._poll_listener: Any = None
-        # ``async for``'s read-ahead: records decoded from one chunk, not handed out yet (from
-        # _ahead_i on), of _ahead_pti (read under _ahead_truncations); _ahead_end is the
-        # consumed offset once all of them are handed out. Their offsets count as consumed
-        # only as each is handed out.
+        # ``async for``'s read-ahead: records decoded from one chunk and not handed out yet,
+        # in reverse order (the next one last: pop() hands it out), _ahead_n of them read,
+        # of _ahead_pti (read under _ahead_truncations); _ahead_end is the consumed offset
+        # once all are handed out. Their offsets count as consumed only as each goes out.
         self._ahead: list[MessageAndMetadata] = []
-        self._ahead_i = 0
+        self._ahead_n = 0
         self._ahead_pti: PartitionTopicInfo | None = None
         self._ahead_end = 0
         self._ahead_truncations = 0
@@ -574,8 +574,7 @@ class ConsumerIterator:
         if ahead:
             # The hand-out of a record read ahead: the gate and the partition's ownership
             # checked, the consumed offset set, as for a record taken now.
-            pti = self._ahead_pti
-            assert pti is not None
+            pti: Any = self._ahead_pti
             gate = pti.gate
             if (
                 gate.open
@@ -583,15 +582,12 @@ class ConsumerIterator:
                 and pti.active
                 and pti.truncations == self._ahead_truncations
             ):
-                i = self._ahead_i
-                msg = ahead[i]
-                i += 1
-                if i < len(ahead):
-                    self._ahead_i = i
+                msg = ahead.pop()
+                if ahead:
                     pti.consumed_offset = msg[2] + 1
                 else:
                     pti.consumed_offset = self._ahead_end
-                    self._end_ahead(i)
+                    self._end_ahead()
                 return msg
         return await self._next_record()
 
@@ -655,11 +651,12 @@ class ConsumerIterator:
         # Nothing deliverable lies between the consumed offset before the read and the first
         # record (control batches, aborted or compacted-away offsets, records below it).
         pti.consumed_offset = out[0][2]
+        self._ahead_n = len(out)
+        out.reverse()
         self._ahead = out
-        self._ahead_i = 0
         self._ahead_pti = pti
         self._ahead_truncations = pti.truncations
-        value = out[-1][4]
+        value = out[0][4]  # the last one read
         size = len(value) if isinstance(value, (bytes, bytearray, memoryview)) else 0
         self._ahead_limit = max(1, min(READ_AHEAD_RECORDS, READ_AHEAD_BYTES // max(size, 1)))
         return held
@@ -677,43 +674,39 @@ class ConsumerIterator:
         pti = self._ahead_pti
         assert pti is not None
         ahead = self._ahead
-        i = self._ahead_i
         if not pti.active or pti.truncations != self._ahead_truncations:
-            self._end_ahead(i)
+            self._end_ahead()
             return None
         gate = pti.gate
         n = len(out)
-        while i < len(ahead) and n < limit:
+        while ahead and n < limit:
             if not gate.open or _monotonic() >= gate.deadline:
-                self._ahead_i = i
                 return pti
-            msg = ahead[i]
+            msg = ahead.pop()
             out.append(msg)
             pti.consumed_offset = msg[2] + 1
-            i += 1
             n += 1
-        if i < len(ahead):
-            self._ahead_i = i
-        else:
+        if not ahead:
             pti.consumed_offset = self._ahead_end
-            self._end_ahead(i)
+            self._end_ahead()
         return None
 
-    def _end_ahead(self, handed_out: int) -> None:
-        """Empty the read-ahead, ``handed_out`` of its records counted in the meters."""
+    def _end_ahead(self) -> None:
+        """Empty the read-ahead; the records of it handed out are counted in the meters."""
         pti = self._ahead_pti
+        handed_out = self._ahead_n - len(self._ahead)
         if handed_out and pti is not None and pti.meters is not None:
             pti.meters[0].mark(handed_out)
             pti.meters[1].mark(handed_out)
         self._ahead = []
-        self._ahead_i = 0
+        self._ahead_n = 0
         self._ahead_pti = None
 
     def drop_read_ahead(self) -> None:
         """Forget the records ``async for`` read ahead (a rebalance cleared the stream);
         their offsets were not counted as consumed."""
         if self._ahead:
-            self._end_ahead(self._ahead_i)
+            self._end_ahead()
 
     async def next_batch(self, max_records: int = 500) -> list[MessageAndMetadata]:
         """Wait for at least one record, then take up to ``max_records`` that are ready.
