@@ -53,9 +53,9 @@ __all__ = [
 
 Decoder = Callable[[bytes], Any]
 
-# The take loop's outcomes that _poll tests after each call,
-# bound once here as plain ints: looking a member up on its IntEnum class costs about 0.1 us
-# (Python 3.11), and comparing an int with a member a subclass check.
+# The take loop's outcomes that _poll tests after each call, bound once here as plain ints:
+# looking a member up on its IntEnum class costs about 0.1 us (Python 3.11), and comparing an
+# int with a member a subclass check.
 _GATE, _FULL, _ERROR = int(Outcome.GATE), int(Outcome.FULL), int(Outcome.ERROR)
 
 READ_AHEAD_RECORDS = 128
@@ -123,8 +123,8 @@ class ConsumerIterator:
     __slots__ = (
         "_ahead",
         "_ahead_end",
-        "_ahead_n",
         "_ahead_limit",
+        "_ahead_n",
         "_ahead_pti",
         "_ahead_truncations",
         "_batches",
