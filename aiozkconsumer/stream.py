@@ -144,6 +144,8 @@ class ConsumerIterator:
         "_timeout_s",
         "_timestamp_type",
         "_truncations",
+        "_undecoded",
+        "_undecoded_end",
         "_value_decoder",
         "_waiting",
     )
@@ -168,6 +170,10 @@ class ConsumerIterator:
         self._timestamp_type: int | None = None  # of the current batch; None: per record
         self._overlap = False  # the current batch starts below the consumed offset
         self._pending: Any = None  # a record held back while the gate is closed
+        # Records a native take read after the one a decoder refused: not handed out yet,
+        # not decoded yet (oldest first), and the consumed offset once they are out.
+        self._undecoded: list[MessageAndMetadata] = []
+        self._undecoded_end = 0
         self._count = 0  # records handed out of the current chunk, not yet in the meters
         self._done = False
         self._deferred: BaseException | None = None
@@ -365,6 +371,20 @@ class ConsumerIterator:
             pti = self._pti
             if pti is not None and self._released(pti):
                 continue
+            if self._undecoded and pti is not None:
+                # What a take read after a decoder's error goes out before anything new.
+                if _gate_closed(pti):
+                    return pti
+                room = limit - n
+                got = self._take_undecoded(pti, out, room)
+                if not ahead:
+                    self._count += got
+                elif got:
+                    self._ahead_pti = pti
+                n += got
+                if got < room and self._undecoded:
+                    return None  # a refused record waits for a call with nothing in hand
+                continue
             recs = self._recs
             if pti is not None and recs is None and self._native:
                 # Between batches: the native decoder reads what it can in one call.
@@ -476,17 +496,82 @@ class ConsumerIterator:
             self.clear_current_chunk()
             raise malformed_error(pti.topic, pti.partition, batch, e) from None
         if not plain:
-            kd, vd = self._key_decoder, self._value_decoder
-            for m in target:
-                key, value = m.key, m.value
+            got = self._decode_into(pti, target, out, consumed)
+            if self._undecoded:
+                # A decoder refused a record: those before it go out; the next call meets
+                # it first (see _decode_into).
+                if got and out[-1].offset + 1 > pti.consumed_offset:
+                    pti.consumed_offset = out[-1].offset + 1
+                return got, _ERROR
+        if consumed > pti.consumed_offset:
+            pti.consumed_offset = consumed
+        return got, status
+
+    def _decode_into(
+        self,
+        pti: PartitionTopicInfo,
+        taken: list[MessageAndMetadata],
+        out: list[MessageAndMetadata],
+        end: int,
+        room: int | None = None,
+    ) -> int:
+        """Apply the decoders to the first ``room`` (all by default) of ``taken`` (records
+        read, not handed out), appending them to ``out``; returns how many. The rest of
+        ``taken`` waits in ``_undecoded`` (``end``: the consumed offset once it is out).
+
+        A record a decoder refuses while records are in hand (in ``out``) stops the call: it
+        waits, first in ``_undecoded``, for a call with nothing in hand.
+
+        Raises:
+            Exception: a decoder's error on a record met with nothing in hand: that record
+                is passed over (counted as consumed, as on the Python path) as its error is
+                raised; the records after it wait in ``_undecoded``, so none is lost.
+        """
+        kd, vd = self._key_decoder, self._value_decoder
+        in_hand = len(out) > 0
+        count = len(taken) if room is None else min(room, len(taken))
+        for i in range(count):
+            m = taken[i]
+            key, value = m.key, m.value
+            try:
                 if key is not None and kd is not None:
                     key = kd(key)
                 if value is not None and vd is not None:
                     value = vd(value)
-                out.append(m._replace(key=key, value=value))
-        if consumed > pti.consumed_offset:
-            pti.consumed_offset = consumed
-        return got, status
+            except Exception:
+                self._undecoded_end = end
+                if i or in_hand:
+                    self._undecoded = taken[i:]
+                    return i
+                self._undecoded = taken[1:]
+                if m.offset + 1 > pti.consumed_offset:
+                    pti.consumed_offset = m.offset + 1
+                raise
+            out.append(m._replace(key=key, value=value))
+        self._undecoded = taken[count:]
+        self._undecoded_end = end
+        return count
+
+    def _take_undecoded(
+        self, pti: PartitionTopicInfo, out: list[MessageAndMetadata], room: int
+    ) -> int:
+        """Up to ``room`` of the records waiting in ``_undecoded``, decoded, into ``out``;
+        the consumed offset advances past them (to where their take ended, once none
+        waits).
+
+        Raises:
+            Exception: as :meth:`_decode_into`.
+        """
+        got = self._decode_into(pti, self._undecoded, out, self._undecoded_end, room)
+        if not self._undecoded:
+            after = self._undecoded_end
+        elif got:
+            after = out[-1].offset + 1
+        else:
+            return 0
+        if after > pti.consumed_offset:
+            pti.consumed_offset = after
+        return got
 
     def _poll_columns(self, columns: ColumnBuilder, limit: int) -> PartitionTopicInfo | None:
         """As ``_poll``, the records added to ``columns`` (up to ``len(columns) == limit``).
@@ -734,8 +819,8 @@ class ConsumerIterator:
         if len(batch) < max_records and self._deferred is None:
             try:
                 self._poll(batch, max_records)
-            except (MessageSizeTooLargeError, CorruptRecordError, UnsupportedCodecError) as e:
-                self._deferred = e  # the records in hand go out first; the error next call
+            except Exception as e:  # a corrupt batch, a decoder's error: the records in
+                self._deferred = e  # hand go out first, the error with the next call
         self._flush_meters()
         return batch
 
@@ -831,6 +916,7 @@ class ConsumerIterator:
         self._index = 0
         self._recs = None
         self._pending = None
+        self._undecoded = []
 
 
 class InterceptingIterator:

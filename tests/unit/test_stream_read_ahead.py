@@ -20,7 +20,7 @@ from aiokafka.record.util import calc_crc32c
 from aiozkconsumer.errors import ConsumerTimeoutError
 from aiozkconsumer.kafka.records import read_record_set
 from aiozkconsumer.records import FetchedDataChunk, PartitionTopicInfo, TopicPartition
-from aiozkconsumer.stream import ChunkQueue, KafkaStream
+from aiozkconsumer.stream import ChunkQueue, ConsumerIterator, KafkaStream
 
 TP = TopicPartition("t", 0)
 _CONTROL = 0x20
@@ -190,3 +190,46 @@ async def test_a_decoder_error_comes_with_its_record_and_the_rest_follow() -> No
         await it.__anext__()
     rest = [(await it.__anext__()).value for _ in range(6)]
     assert rest == [f"v{i}" for i in range(4, 10)] and info.consumed_offset == 10
+
+
+def _decoding_stream(bad: set[bytes]) -> tuple[ConsumerIterator, PartitionTopicInfo]:
+    queue = ChunkQueue(maxsize=2)
+    info = PartitionTopicInfo("t", 0, queue, 0, 0, 1 << 20, "c")
+    batches = list(read_record_set(record_set(0, 10), TP, True).batches)
+    queue.put_nowait(FetchedDataChunk(batches, info, 0))
+
+    def decode(value: bytes) -> str:
+        if value in bad:
+            raise ValueError(f"not a value: {value!r}")
+        return value.decode()
+
+    return KafkaStream(queue, 200, "c", "t-0", value_decoder=decode).iterator, info
+
+
+async def test_a_decoder_error_in_a_batch_loses_no_record() -> None:
+    """``next_batch`` with a value decoder that refuses records 3 and 4 of 10: the records
+    before them go out in the batch, each error with its own call, then the records after
+    them; none is counted as consumed before it was handed out or its error raised."""
+    it, info = _decoding_stream({b"v3", b"v4"})
+    first = await it.next_batch(100)
+    assert [m.value for m in first] == ["v0", "v1", "v2"] and info.consumed_offset == 3
+    for bad in ("v3", "v4"):
+        with pytest.raises(ValueError, match=bad):
+            await it.next_batch(100)
+    rest = await it.next_batch(100)
+    assert [m.value for m in rest] == [f"v{i}" for i in range(5, 10)]
+    assert info.consumed_offset == 10
+
+
+async def test_a_decoder_error_in_a_small_batch_keeps_the_rest_for_the_next() -> None:
+    it, info = _decoding_stream({b"v2"})
+    got: list[str] = []
+    errors = 0
+    while len(got) < 9:
+        try:
+            got += [m.value for m in await it.next_batch(3)]
+        except ValueError:
+            errors += 1
+        assert info.consumed_offset <= len(got) + errors
+    assert got == [f"v{i}" for i in range(10) if i != 2] and errors == 1
+    assert info.consumed_offset == 10
