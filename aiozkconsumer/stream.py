@@ -100,6 +100,10 @@ class ConsumerIterator:
             nothing of it is handed out, the partition stops before it until the next
             rebalance, and the iterator stays usable for the stream's other partitions.
         StopAsyncIteration: the connector shut down (the shutdown sentinel arrived).
+        Exception: a key or value decoder's own error. The record it refused counts as
+            consumed as its error is raised; the iterator stays usable, and the records
+            after it follow (``next_batch``: the records before it go out first, in a batch
+            of their own).
 
     While the ZooKeeper session is suspended (connection lost, session maybe expiring), records
     of the partitions it owns are held back: the iterator waits (within
