@@ -560,6 +560,9 @@ async def test_the_group_session_timeout_is_asked_of_the_coordinator_and_no_answ
 
     asker = ConsumerGroupClient(get_kafka, group, request_timeout_ms=3000)
     try:
+        # Found before the cut, as a member's join finds it (FindCoordinator goes to any
+        # broker, and a join attempt that reached a refused one is retried).
+        await asker.find_coordinator()
         for broker in range(BROKERS):
             if broker != coordinator:
                 await link.cut(broker, FaultMode.REFUSE)
