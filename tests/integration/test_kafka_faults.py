@@ -563,12 +563,14 @@ async def test_the_group_session_timeout_is_asked_of_the_coordinator_and_no_answ
         # Found before the cut, as a member's join finds it (FindCoordinator goes to any
         # broker, and a join attempt that reached a refused one is retried).
         await asker.find_coordinator()
+        # RESET: the connections open now are reset too, and new ones (REFUSE would leave
+        # open ones carrying).
         for broker in range(BROKERS):
             if broker != coordinator:
-                await link.cut(broker, FaultMode.REFUSE)
+                await link.cut(broker, FaultMode.RESET)
         answers = [await asker.session_timeout_ms() for _ in range(6)]
         assert answers == [SESSION_TIMEOUT_MS] * 6
-        await link.cut(coordinator, FaultMode.REFUSE)
+        await link.cut(coordinator, FaultMode.RESET)
         asker.forget_coordinator()
         with pytest.raises(GroupRequestError) as info:
             await asker.session_timeout_ms()
