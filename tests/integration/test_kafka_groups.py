@@ -295,13 +295,22 @@ async def test_a_member_cut_off_past_its_session_timeout_is_fenced(
                 await heir.commit_offsets(
                     {TopicPartition(unique_topic, 0): 7, TopicPartition(unique_topic, 1): 10}
                 )
+                old_generation = zombie.statistics().group_generation
                 await link.heal("brokers")
                 # The zombie's generation is over: its commit is refused, nothing moves back.
-                with pytest.raises(CommitFencedError):
-                    await zombie.commit_offsets({TopicPartition(unique_topic, 0): 5})
                 tps = [TopicPartition(unique_topic, p) for p in (0, 1)]
-                fetched = await heir.offset_store.fetch(tps)
-                assert fetched == {tps[0]: 7, tps[1]: 10}
+                try:
+                    await zombie.commit_offsets({tps[0]: 5})
+                except CommitFencedError:
+                    fetched = await heir.offset_store.fetch(tps)
+                    assert fetched == {tps[0]: 7, tps[1]: 10}
+                else:
+                    # Only a member that rejoined since the heal (a new generation, owning
+                    # the partition again) may commit it: the heartbeat after the heal
+                    # found it fenced and it rejoined before this commit (seen in a CI run).
+                    stats = zombie.statistics()
+                    assert stats.group_generation != old_generation, stats
+                    assert tps[0] in stats.owned_partitions, stats
             tg.cancel_scope.cancel()
     finally:
         await link.heal("brokers")
