@@ -138,7 +138,7 @@ class KafkaClient:
         """
         self._closed = False
         try:
-            await self._client.bootstrap()
+            await self._bootstrap()
         except AiokafkaError as e:
             await self.close()
             finding = await self._diagnose()
@@ -156,6 +156,29 @@ class KafkaClient:
                 await self.close()
                 raise finding
         self._started = True
+
+    async def _bootstrap(self) -> None:
+        """aiokafka's bootstrap, let end when the start is cancelled, then the client closed.
+
+        aiokafka closes the bootstrap connection when its Metadata request fails but not when
+        it is cancelled (``AIOKafkaClient.bootstrap``, aiokafka 0.14): a start cancelled then
+        (a connector closed while it started) left the connection open. So a cancelled start
+        waits for the request in flight (bounded by ``request.timeout.ms``, as the request
+        is), closes the client and re-raises the cancellation. Raises what the bootstrap
+        raises.
+        """
+        task = asyncio.ensure_future(self._client.bootstrap())
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(self._request_timeout_s + 1):
+                    await asyncio.wait([task])
+                task.cancel()  # past the bound: opening a connection, which closes it
+                with contextlib.suppress(BaseException):
+                    await task
+                await self.close()
+            raise
 
     async def _diagnose(self) -> AuthenticationError | None:
         return await diagnose_bootstrap(
