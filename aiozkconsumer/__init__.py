@@ -62,11 +62,12 @@ from .errors import (
     ZookeeperSessionExpiredError,
 )
 from .interceptors import ConsumerInterceptor, Interceptors
+from .iterator import ConsumerIterator
 from .kafka_connector import KafkaConsumerConnector
 from .metrics import ConsumerMetrics
 from .records import MessageAndMetadata, RebalanceRecord, TopicPartition
 from .simple_consumer import FetchResult, SimpleConsumer
-from .stream import ConsumerIterator, KafkaStream
+from .stream import KafkaStream
 from .subscription import Blacklist, ConsumerThreadId, TopicFilter, Whitelist
 
 __version__ = "0.1.0.dev0"

@@ -18,9 +18,9 @@ from ...base_connector import ConnectorState, ConsumerConnector
 from ...config import ConsumerConfig
 from ...consumer import create_connector
 from ...errors import ConsumerError, ConsumerTimeoutError
+from ...iterator import ConsumerIterator
 from ...records import MessageAndMetadata, TopicPartition
 from ...simple_consumer import SimpleConsumer
-from ...stream import ConsumerIterator
 from ...subscription import TopicFilter
 from .formatters import MessageFormatter, RecordFormatter
 from .rules import OffsetSpec, at_log_end, resolve_start_offset, rewind_offsets
