@@ -25,8 +25,11 @@ files, ``produced.jsonl`` and ``report.json``.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,7 +134,67 @@ def _failure(report: ChaosReport, protocol: str) -> str:
         report.summary(),
     ]
     lines += [f"  {a}" for a in report.result.anomalies[20:60]]
+    lines += _around_first_overlap(report)
     return "\n".join(lines)
+
+
+_LOG_TS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (.*)$")
+_HOLDER = re.compile(r"while (c\d+\.\d+) \(")
+_QUIET_EVENTS = {"consumed", "committed"}
+
+
+def _around_first_overlap(
+    report: ChaosReport, before_s: float = 25.0, after_s: float = 10.0, most: int = 60
+) -> list[str]:
+    """The faults, group events and log lines of the members named in the first ownership
+    anomaly, from ``before_s`` before it to ``after_s`` after: a CI failure's output is all
+    there is to read once its machine is gone."""
+    first = next(
+        (
+            a
+            for a in report.result.anomalies
+            if a.kind in (AnomalyKind.OWNERSHIP_OVERLAP, AnomalyKind.UNOWNED_DELIVERY)
+            and a.member
+            and a.ts is not None
+        ),
+        None,
+    )
+    if first is None or first.ts is None or first.member is None:
+        return []
+    lo, hi = first.ts - before_s, first.ts + after_s
+    entries: list[tuple[float, str]] = []
+    directory = report.events_dir
+    try:
+        for line in (directory / "faults.jsonl").read_text().splitlines():
+            fault = json.loads(line)
+            start, end = fault.get("started_ts"), fault.get("ended_ts")
+            if start is not None and start <= hi and (end is None or end >= lo):
+                entries.append((start, f"fault {fault['text']} (until {end or 0:.3f})"))
+        for member in dict.fromkeys([first.member, *_HOLDER.findall(first.message)]):
+            for line in (directory / f"{member}.jsonl").read_text().splitlines():
+                event = json.loads(line)
+                if event["type"] not in _QUIET_EVENTS and lo <= event["ts"] <= hi:
+                    parts = [p.get("partition") for p in event.get("partitions", [])]
+                    entries.append(
+                        (
+                            event["ts"],
+                            f"{member} {event['type']} generation={event.get('generation')} "
+                            f"{parts or ''} {event.get('reason') or event.get('state') or ''}",
+                        )
+                    )
+            for line in (directory / f"{member}.stderr").read_text().splitlines():
+                match = _LOG_TS.match(line)
+                if match is None:
+                    continue
+                ts = datetime.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                if lo <= ts <= hi:
+                    entries.append((ts, f"{member} log {match[2][:300]}"))
+    except (OSError, ValueError, KeyError) as e:
+        return [f"  (the members' files could not be read: {e})"]
+    entries.sort(key=lambda entry: entry[0])
+    out = [f"around the first ownership anomaly ({first.ts:.3f}):"]
+    out += [f"  {ts:.3f} {text}" for ts, text in entries[-most:]]
+    return out
 
 
 async def _run(cluster: LocalCluster, mode: CoordinatorMode, events_dir: Path) -> ChaosReport:
