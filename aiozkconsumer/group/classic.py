@@ -127,6 +127,16 @@ class KafkaCoordinator(GroupMember):
         cooperative, give up only partitions of topics no longer subscribed, or everything
         when the membership was lost (no generation: the partitions may be someone else's)."""
         self.machine.handle(MemberEvent.JOIN)  # no heartbeat from here on
+        await self._give_up_before_join(totals)
+
+    async def _give_up_before_join(self, totals: list[int]) -> None:
+        """What ``_begin`` gives up, before every JoinGroup: an attempt that failed once its
+        assignment was owned (no broker answered the metadata request after the SyncGroup)
+        left it owned, and the next attempt's JoinGroup must not go out with it still handed
+        out. The Java client never owns an assignment while it joins: ``onJoinComplete``
+        applies it only once the join succeeded, and ``onJoinPrepare`` runs before the next.
+        A heartbeat answered for the new generation would otherwise extend the lease of
+        partitions the new assignment gives to another member."""
         owned = self.ownership.owned()
         if not owned:
             return
@@ -165,6 +175,7 @@ class KafkaCoordinator(GroupMember):
         """One JoinGroup + SyncGroup, then take the assignment."""
         cfg = self.config
         self.machine.handle(MemberEvent.JOIN)
+        await self._give_up_before_join(totals)
         topics = self.subscribed_topics()
         await self._check_topics_exist(topics)
         joined = await self.group.join(

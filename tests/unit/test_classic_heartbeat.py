@@ -29,6 +29,7 @@ from aiozkconsumer.kafka.group import (
     encode_assignment,
 )
 from aiozkconsumer.kafka_connector import KafkaConsumerConnector
+from aiozkconsumer.queues import ChunkQueue
 from aiozkconsumer.records import TopicPartition
 
 
@@ -244,3 +245,40 @@ def test_a_heartbeat_failure_of_an_earlier_generation_is_ignored() -> None:
     member._beat_failed(GroupRequestError("Heartbeat", ILLEGAL_GENERATION, ""))
     assert member.machine.state is MemberState.STABLE and asked == []
     assert connector.ownership.gate.passable()
+
+
+async def test_an_eager_member_owns_nothing_when_a_retried_attempt_sends_its_joingroup() -> None:
+    """An attempt that failed once its assignment was owned (no broker answered the metadata
+    request after the SyncGroup) left the partitions owned and handed out, and the retried
+    attempt's JoinGroup went out with them: a heartbeat answered for the new generation then
+    extended the lease of partitions the new assignment gave another member. The eager
+    member gives everything up before every JoinGroup, as ``_begin`` does before the first."""
+    connector, _ = _member()
+    member = connector.coordinator
+    tp = TopicPartition("t", 0)
+    connector.ownership.gate.extend(time.monotonic() + 4.0)  # answered heartbeats
+    (pti,) = member.handover.acquire({tp: ChunkQueue(2)}, {tp: 5}).values()
+    committed: list[dict[TopicPartition, int]] = []
+
+    async def commit(offsets: dict[TopicPartition, int]) -> None:
+        committed.append(dict(offsets))
+
+    owned_at_join: list[tuple[TopicPartition, ...]] = []
+
+    async def join(member_id: str, **kwargs: object) -> JoinResult:
+        owned_at_join.append(connector.ownership.owned())
+        raise GroupRequestError("JoinGroup", None, "no answer")
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    member.handover.commit = commit  # type: ignore[method-assign,assignment]
+    connector.group.join = join  # type: ignore[method-assign,assignment]
+    member._check_topics_exist = nothing  # type: ignore[method-assign,assignment]
+    member.machine.handle(MemberEvent.JOIN)  # a rebalance whose attempt failed after its take
+    totals = [0, 0, 0]
+    with pytest.raises(GroupRequestError):
+        await member._attempt(totals)
+    assert owned_at_join == [()]
+    assert not pti.active and totals[1] == 1
+    assert committed == [{tp: 5}]  # its generation still stood: committed as it was given up
