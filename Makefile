@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: setup jars demo test unit lint docs check clean
 
-$(STAMP): pyproject.toml setup.py aiozkconsumer/kafka/_native.c
+$(STAMP): pyproject.toml setup.py aiozkconsumer/kafka/_native.c aiozkconsumer/_handout.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev]'

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,13 @@ from .records import FetchedDataChunk, MessageAndMetadata, PartitionTopicInfo
 if TYPE_CHECKING:
     from .columns import ColumnBuilder
 
-__all__ = ["READ_AHEAD_BYTES", "READ_AHEAD_RECORDS", "ConsumerIterator", "Decoder"]
+__all__ = [
+    "NATIVE_HAND_OUT",
+    "READ_AHEAD_BYTES",
+    "READ_AHEAD_RECORDS",
+    "ConsumerIterator",
+    "Decoder",
+]
 
 
 Decoder = Callable[[bytes], Any]
@@ -59,7 +66,67 @@ def _gate_closed(pti: PartitionTopicInfo) -> bool:
     return not gate.open or _monotonic() >= gate.deadline
 
 
-class ConsumerIterator:
+class _ReadAhead:
+    """``ConsumerIterator``'s base where the native hand-out (``_handout.c``) is not built or
+    is disabled (``AIOZKCONSUMER_NATIVE=0``): the same ``__anext__`` in Python, a coroutine
+    per record."""
+
+    __slots__ = ("_ahead", "_ahead_end", "_ahead_pti", "_ahead_truncations", "_polled_at")
+
+    _ahead: list[MessageAndMetadata]
+    _ahead_pti: PartitionTopicInfo | None
+    _ahead_end: int
+    _ahead_truncations: int
+    _polled_at: float
+
+    async def __anext__(self) -> MessageAndMetadata:
+        now = _monotonic()
+        self._polled_at = now  # the reader asks: poll liveness's clock starts anew
+        ahead = self._ahead
+        if ahead:
+            # The hand-out of a record read ahead: the gate and the partition's ownership
+            # checked, the consumed offset set, as for a record taken now.
+            pti: Any = self._ahead_pti
+            gate = pti.gate
+            if (
+                gate.open
+                and now < gate.deadline
+                and pti.active
+                and pti.truncations == self._ahead_truncations
+            ):
+                msg = ahead.pop()
+                if ahead:
+                    pti.consumed_offset = msg[2] + 1
+                else:
+                    pti.consumed_offset = self._ahead_end
+                    self._end_ahead()
+                return msg
+        return await self._next_record()
+
+    async def _next_record(self) -> MessageAndMetadata:
+        raise NotImplementedError
+
+    def _end_ahead(self) -> None:
+        raise NotImplementedError
+
+
+if TYPE_CHECKING:
+    _HandOut = _ReadAhead
+else:
+    try:
+        if os.environ.get("AIOZKCONSUMER_NATIVE", "1") == "0":
+            raise ImportError("disabled by AIOZKCONSUMER_NATIVE=0")
+        from ._handout import ReadAhead as _HandOut
+    except ImportError:
+        _HandOut = _ReadAhead
+
+NATIVE_HAND_OUT: bool = _HandOut is not _ReadAhead
+"""Whether ``async for`` hands out a record read ahead in C (``_handout.c``): built, and not
+disabled by ``AIOZKCONSUMER_NATIVE=0``."""
+
+
+
+class ConsumerIterator(_HandOut):
     """The asynchronous iterator of one ``KafkaStream`` (``ConsumerIterator.scala``).
 
     ``await it.__anext__()`` returns the next ``MessageAndMetadata``.
@@ -100,7 +167,8 @@ class ConsumerIterator:
 
     ``async for`` reads ahead: up to ``READ_AHEAD_RECORDS`` records of one chunk (fewer when
     large, about ``READ_AHEAD_BYTES`` of values) are decoded in one call and handed out one
-    by one. Each is handed out as a record taken then would be: the gate checked, its
+    by one (in C where the extension was built, :data:`NATIVE_HAND_OUT`: no coroutine per
+    record). Each is handed out as a record taken then would be: the gate checked, its
     offset counted as consumed (and in the meters) only then; records read ahead of a
     partition released, seeked or paused meanwhile are dropped. ``next_batch`` and
     ``next_columns`` hand out what was read ahead first. A stream with a key or value
@@ -113,12 +181,8 @@ class ConsumerIterator:
     """
 
     __slots__ = (
-        "_ahead",
-        "_ahead_end",
         "_ahead_limit",
         "_ahead_n",
-        "_ahead_pti",
-        "_ahead_truncations",
         "_batches",
         "_count",
         "_index",
@@ -129,7 +193,6 @@ class ConsumerIterator:
         "_overlap",
         "_pending",
         "_poll_listener",
-        "_polled_at",
         "_pti",
         "_queue",
         "_recs",
@@ -643,30 +706,6 @@ class ConsumerIterator:
             if taken < room:
                 self._recs = None  # the batch is used up
         return None
-
-    async def __anext__(self) -> MessageAndMetadata:
-        now = _monotonic()
-        self._polled_at = now  # the reader asks: poll liveness's clock starts anew
-        ahead = self._ahead
-        if ahead:
-            # The hand-out of a record read ahead: the gate and the partition's ownership
-            # checked, the consumed offset set, as for a record taken now.
-            pti: Any = self._ahead_pti
-            gate = pti.gate
-            if (
-                gate.open
-                and now < gate.deadline
-                and pti.active
-                and pti.truncations == self._ahead_truncations
-            ):
-                msg = ahead.pop()
-                if ahead:
-                    pti.consumed_offset = msg[2] + 1
-                else:
-                    pti.consumed_offset = self._ahead_end
-                    self._end_ahead()
-                return msg
-        return await self._next_record()
 
     async def _next_record(self) -> MessageAndMetadata:
         """``__anext__`` when no record read ahead can go out now: hands out what is read

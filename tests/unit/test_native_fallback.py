@@ -16,9 +16,18 @@ TESTS = Path(__file__).resolve().parents[1]
 
 def test_the_unit_tests_of_the_fetch_paths_pass_without_the_native_decoder() -> None:
     env = {**os.environ, "AIOZKCONSUMER_NATIVE": "0"}
-    off = "from aiozkconsumer.kafka import native; assert not native.AVAILABLE"
+    off = (
+        "from aiozkconsumer.kafka import native; assert not native.AVAILABLE; "
+        "from aiozkconsumer import iterator; assert not iterator.NATIVE_HAND_OUT"
+    )
     subprocess.run([sys.executable, "-c", off], env=env, check=True, timeout=60)
-    files = ["test_fetch_connection.py", "test_crc_unit.py", "test_fetcher.py", "test_stream.py"]
+    files = [
+        "test_fetch_connection.py",
+        "test_crc_unit.py",
+        "test_fetcher.py",
+        "test_stream.py",
+        "test_interceptors.py",
+    ]
     result = subprocess.run(
         [
             sys.executable,

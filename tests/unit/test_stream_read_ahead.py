@@ -11,6 +11,7 @@ one, each with the gate checked and its offset counted as consumed then.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import anyio
 import pytest
@@ -233,3 +234,54 @@ async def test_a_decoder_error_in_a_small_batch_keeps_the_rest_for_the_next() ->
         assert info.consumed_offset <= len(got) + errors
     assert got == [f"v{i}" for i in range(10) if i != 2] and errors == 1
     assert info.consumed_offset == 10
+
+
+async def test_async_for_hands_out_each_record_once_in_order_and_counts_it_at_hand_out() -> None:
+    """The hand-out of a record read ahead (in C where built: ``NATIVE_HAND_OUT``), through
+    ``async for`` itself, across chunks and to the end of a read-ahead."""
+    stream, info, queue = setup((0, record_set(0, 300)), (300, record_set(300, 5)))
+    seen: list[int] = []
+    async for msg in stream:
+        seen.append(msg.offset)
+        assert info.consumed_offset == msg.offset + 1
+        if msg.offset == 304:
+            break
+    assert seen == list(range(305))
+
+
+async def test_the_hand_out_works_under_a_tracer() -> None:
+    """A tracer (coverage, a debugger) makes the interpreter resume an awaitable through the
+    iterator protocol instead of ``am_send``: the record then comes as ``StopIteration``'s
+    value, whole although it is a tuple."""
+    import sys
+
+    stream, info, _ = setup((0, record_set(0, 20)))
+    it = stream.iterator
+    assert [(await it.__anext__()).offset for _ in range(2)] == [0, 1]
+    assert len(it._ahead) > 5  # the rest of the batch is read ahead now
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        got = [await it.__anext__() for _ in range(5)]
+    finally:
+        sys.settrace(previous)
+    assert [m.offset for m in got] == [2, 3, 4, 5, 6]
+    assert got[0].value == b"v2" and info.consumed_offset == 7
+
+
+async def test_an_anext_awaitable_completes_once() -> None:
+    import aiozkconsumer.iterator as iterator_module
+
+    stream, _, _ = setup((0, record_set(0, 20)))
+    it = stream.iterator
+    assert [(await it.__anext__()).offset for _ in range(2)] == [0, 1]
+    assert it._ahead  # the next one goes out of the read-ahead
+    step = it.__anext__()
+    assert (await step).offset == 2
+    if iterator_module.NATIVE_HAND_OUT:  # a coroutine cannot be awaited twice at all
+        assert await step is None  # nothing is handed out twice
+    assert (await it.__anext__()).offset == 3
