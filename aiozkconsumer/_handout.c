@@ -167,9 +167,10 @@ static PyObject *ReadAhead_anext(ReadAheadObject *self) {
             Py_DECREF(pti);
             return NULL;
         }
-        /* may_hand_out ran Python code (attribute lookups): the list may have changed. */
-        Py_ssize_t n = PyList_GET_SIZE(ahead);
-        if (ok && ahead == self->ahead && n > 0) {
+        /* may_hand_out ran Python code (attribute lookups): the read-ahead may have been
+           replaced meanwhile (then `ahead` is not read: it may be gone). */
+        Py_ssize_t n = ahead == self->ahead ? PyList_GET_SIZE(ahead) : 0;
+        if (ok && n > 0) {
             PyObject *msg = PyList_GET_ITEM(ahead, n - 1); /* its reference passes to us */
             Py_SET_SIZE((PyVarObject *)ahead, n - 1);
             PyObject *offset;
