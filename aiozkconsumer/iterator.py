@@ -125,7 +125,6 @@ NATIVE_HAND_OUT: bool = _HandOut is not _ReadAhead
 disabled by ``AIOZKCONSUMER_NATIVE=0``."""
 
 
-
 class ConsumerIterator(_HandOut):
     """The asynchronous iterator of one ``KafkaStream`` (``ConsumerIterator.scala``).
 

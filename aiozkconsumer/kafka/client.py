@@ -158,7 +158,7 @@ class KafkaClient:
         self._started = True
 
     async def _bootstrap(self) -> None:
-        """aiokafka's bootstrap, let end when the start is cancelled, then the client closed.
+        """aiokafka's bootstrap; a cancelled start lets it end, then closes the client.
 
         aiokafka closes the bootstrap connection when its Metadata request fails but not when
         it is cancelled (``AIOKafkaClient.bootstrap``, aiokafka 0.14): a start cancelled then
