@@ -305,12 +305,14 @@ async def test_a_member_cut_off_past_its_session_timeout_is_fenced(
                     fetched = await heir.offset_store.fetch(tps)
                     assert fetched == {tps[0]: 7, tps[1]: 10}
                 else:
-                    # Only a member that rejoined since the heal (a new generation, owning
-                    # the partition again) may commit it: the heartbeat after the heal
-                    # found it fenced and it rejoined before this commit (seen in a CI run).
+                    # Only a member that rejoined since the heal may commit it: the heartbeat
+                    # after the heal found it fenced and it rejoined before this commit (seen
+                    # in a CI run), in a new generation that gave it the partition (a commit
+                    # of a partition it does not own is refused before it is sent). Whether
+                    # it still owns it now is another race: the heir's rejoin may already
+                    # have started the next rebalance (seen in a CI run too).
                     stats = zombie.statistics()
                     assert stats.group_generation != old_generation, stats
-                    assert tps[0] in stats.owned_partitions, stats
             tg.cancel_scope.cancel()
     finally:
         await link.heal("brokers")
