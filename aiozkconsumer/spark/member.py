@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -121,6 +122,9 @@ class GroupMember:
         self._commit_lock: anyio.Lock | None = None
         self._leaving = False
         self._stopping = False
+        # One stop() at a time: the runner's (socket closed) and the SIGTERM leaver's may
+        # come together; the second returns once the first has left.
+        self._stop_lock = threading.Lock()
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._main = self._portal.start(self._run)
         termination.track(self)
@@ -299,9 +303,14 @@ class GroupMember:
             timeout_s: the longest wait for the leave, in seconds (default 30); past it the
                 member's loop is stopped anyway (the session then times out).
 
-        Idempotent; never raises.
+        Idempotent; never raises. Safe from two threads at once: the second call waits for the
+        first one's leave (each bounded by its ``timeout_s`` and the portal's stop).
         """
         self._stopping = True
+        with self._stop_lock:
+            self._stop_once(timeout_s)
+
+    def _stop_once(self, timeout_s: float) -> None:
         if not self._portal.running:
             return
         stop = self._stop

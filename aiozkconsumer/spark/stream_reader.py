@@ -309,8 +309,8 @@ class ZkKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         Returns once the member has left (a commit under way finished first). Spark's source
         runner calls it when its socket closes; when Spark ends the process with SIGTERM
-        instead (how a query's stop reaches the source), the signal unwinds into this call
-        (:mod:`~aiozkconsumer.spark.termination`).
+        (how a query's stop reaches the source), a thread of :mod:`~aiozkconsumer.spark.termination`
+        stops the member first, and this call then returns once that leave is done.
         """
         member, self._member = self._member, None
         if member is not None:

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import select
+import signal
 import subprocess
 import sys
 import textwrap
@@ -161,15 +162,36 @@ def _planning_processes(spark: SparkSession) -> set[int]:
     return found
 
 
+def _threads(pid: int) -> str:
+    """The threads of process ``pid``: name, state and kernel wait channel, one per line."""
+    lines = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            name = (task / "comm").read_text().strip()
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            wchan = (task / "wchan").read_text().strip()
+        except OSError:
+            continue
+        lines.append(f"  {task.name} {name!r} {state} {wchan}")
+    return "\n".join(lines)
+
+
 def _wait_exit(pid: int, limit_s: float = 60.0) -> None:
-    """Wait for process ``pid`` (not our child) to end: a pidfd becomes readable then."""
+    """Wait for process ``pid`` (not our child) to end: a pidfd becomes readable then.
+
+    A process still running after ``limit_s`` fails the test with its threads listed, and is
+    killed, so that the next query's planning process is the only one.
+    """
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
         return
     try:
         readable, _, _ = select.select([fd], [], [], limit_s)
-        assert readable, f"process {pid} still running after {limit_s} s"
+        if not readable:
+            threads = _threads(pid)
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            raise AssertionError(f"process {pid} still running after {limit_s} s:\n{threads}")
     finally:
         os.close(fd)
 
@@ -194,11 +216,12 @@ def _run_cycles(
     for cycle in range(cycles):
         _produce(cluster, topic, cycle)
         writer = _stream(spark, options).writeStream.format("noop")
+        before = _planning_processes(spark)  # a previous query's may not have ended yet
         query = writer.option("checkpointLocation", str(checkpoint)).start()
         try:
             query.processAllAvailable()
             running = look()
-            [planner] = _planning_processes(spark)
+            [planner] = _planning_processes(spark) - before
             assert len(running.members) == 1, f"cycle {cycle}: not in the group while running"
         finally:
             query.stop()
