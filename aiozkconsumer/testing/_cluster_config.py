@@ -26,17 +26,23 @@ __all__ = ["ClusterConfiguration"]
 class ClusterConfiguration(ClusterCore):
     """Writes a cluster's configs and builds its servers (``_configure``)."""
 
-    def _configure(self, java: str, zk_libs: Path, broker_libs: Path) -> None:
+    def _configure(self, java: str, zk_libs: Path, broker_libs: Path, attempt: int = 1) -> None:
         """Create the work directory and write every config; build the servers and links.
 
         Args:
             java: the ``java`` executable.
             zk_libs: the jars ZooKeeper runs from (always Kafka 3.9's).
             broker_libs: the jars the brokers (and, for KRaft, the storage tool) run from.
+            attempt: the start attempt (from 1). A later attempt (a port was taken meanwhile)
+                runs in a directory of its own, so that no data of the failed one (a broker's
+                registration in ZooKeeper) is reused: ``<work_dir>/start-attempt-<n>`` when
+                the caller gave the work directory, else a fresh temporary one.
         """
         settings = self._settings
         if settings.work_dir is not None:
             work = settings.work_dir
+            if attempt > 1:
+                work = work / f"start-attempt-{attempt}"
             work.mkdir(parents=True, exist_ok=True)
         else:
             work = Path(tempfile.mkdtemp(prefix="aiozkconsumer-cluster-"))

@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -103,6 +104,19 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+START_ATTEMPTS = 3
+"""How many times :meth:`LocalCluster.start` tries when a port it picked was taken meanwhile.
+
+Free ports are picked by binding to port 0 and releasing it; until the server binds it, any
+process may take it (an outgoing connection's local port, another test's server). Such a
+start fails on a ``BindException``/"Address already in use" and is tried again with new ports.
+"""
+
+
+def _port_taken(exc: ClusterStartError) -> bool:
+    """Whether a start failed because a port it picked was in use by then."""
+    return "Address already in use" in str(exc)
 
 
 class LocalCluster(FaultTools, TopicTools, ListenerTools):
@@ -226,8 +240,10 @@ class LocalCluster(FaultTools, TopicTools, ListenerTools):
         ``/brokers/ids`` and answers a metadata request listing every broker. In the KRaft
         flavour the brokers' log directories are formatted (``kafka-storage format``) and
         the brokers started while ZooKeeper comes up; they are ready when each answers a
-        metadata request listing every broker. On any failure (or cancellation) everything
-        already started is killed and the work directory is kept.
+        metadata request listing every broker. A start that fails because a port it picked
+        was taken meanwhile ("Address already in use") is made again on new ports, up to
+        :data:`START_ATTEMPTS` times in all. On any other failure (or cancellation)
+        everything already started is killed and the work directory is kept.
 
         Raises:
             ProvisioningError: if the jars cannot be provisioned or ``java`` is missing.
@@ -248,16 +264,21 @@ class LocalCluster(FaultTools, TopicTools, ListenerTools):
                 )
             java = require_tools(("java",))["java"]
             began = time.monotonic()
-            self._configure(java, zk_home / "libs", broker_home / "libs")
-            await self._start_proxies()
-            self._zk().spawn()
-            if self.kraft:
-                await gather([self._wait_zookeeper(), self._start_kraft_brokers()])
-            else:
-                await self._wait_zookeeper(tls=False)
-                # The brokers use the plain port; the TLS one (whose first handshake costs a
-                # cold JVM a second or two) comes up meanwhile.
-                await gather([self._wait_zookeeper_tls(), self._start_zk_brokers()])
+            for attempt in range(1, START_ATTEMPTS + 1):
+                try:
+                    await self._start_servers(java, zk_home / "libs", broker_home / "libs", attempt)
+                    break
+                except ClusterStartError as exc:
+                    if attempt == START_ATTEMPTS or not _port_taken(exc):
+                        raise
+                    log.warning(
+                        "%s: a port picked for it was taken meanwhile; starting the cluster "
+                        "again on other ports (attempt %d of %d)",
+                        exc.server,
+                        attempt + 1,
+                        START_ATTEMPTS,
+                    )
+                    self._discard_attempt()
         except BaseException:
             self._failed = True
             self._kill_all()
@@ -267,6 +288,34 @@ class LocalCluster(FaultTools, TopicTools, ListenerTools):
         self._start_seconds = time.monotonic() - began
         self._state = ClusterState.RUNNING
         log.info("%r started in %.1f s", self, self._start_seconds)
+
+    async def _start_servers(
+        self, java: str, zk_libs: Path, broker_libs: Path, attempt: int
+    ) -> None:
+        """One start attempt: configure on freshly picked ports, start, wait until served."""
+        self._configure(java, zk_libs, broker_libs, attempt)
+        await self._start_proxies()
+        self._zk().spawn()
+        if self.kraft:
+            await gather([self._wait_zookeeper(), self._start_kraft_brokers()])
+        else:
+            await self._wait_zookeeper(tls=False)
+            # The brokers use the plain port; the TLS one (whose first handshake costs a
+            # cold JVM a second or two) comes up meanwhile.
+            await gather([self._wait_zookeeper_tls(), self._start_zk_brokers()])
+
+    def _discard_attempt(self) -> None:
+        """After an attempt that lost a port: kill what it started and forget its servers.
+        Its temporary work directory is removed (the cause is known); one the caller gave
+        is kept for inspection (the next attempt runs in a directory of its own)."""
+        self._kill_all()
+        self._stop_proxies()
+        self._brokers.clear()
+        self._format_cmds.clear()
+        self._zookeeper = None
+        if self._settings.work_dir is None and self._work_dir is not None:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+        self._failed = False
 
     async def stop(self) -> None:
         """Stop every server: SIGTERM the brokers, then ZooKeeper; SIGKILL after 15 s.

@@ -33,6 +33,8 @@ from aiozkconsumer.testing import (
     LocalCluster,
     LocalClusterError,
     ProvisioningError,
+    _cluster_config,
+    _processes,
     provision_kafka,
 )
 from aiozkconsumer.testing import provision as provision_module
@@ -290,6 +292,36 @@ async def test_failed_start_raises_with_log_tail_and_kills_everything() -> None:
     finally:
         await cluster.stop()
         shutil.rmtree(cluster.work_dir, ignore_errors=True)
+
+
+async def test_a_start_whose_broker_port_was_taken_meanwhile_starts_again_on_other_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first attempt's broker port is one this test listens on (as another process may
+    # take a picked port before the broker binds it); later attempts pick ports as usual.
+    picks = []
+
+    def pick(count: int) -> list[int]:
+        ports = _processes.free_ports(count)
+        if not picks:
+            ports[1] = taken.getsockname()[1]  # broker 0 (plan_ports: ZooKeeper first)
+        picks.append(ports)
+        return ports
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(_cluster_config, "free_ports", pick)
+        async with LocalCluster(work_dir=tmp_path / "cluster", startup_timeout_s=60) as cluster:
+            assert len(picks) == 2
+            assert cluster.work_dir == tmp_path / "cluster" / "start-attempt-2"
+            assert cluster.bootstrap_servers == f"127.0.0.1:{picks[1][1]}"
+            await cluster.create_topic("after-a-retry", 1)
+            await cluster.produce("after-a-retry", [(b"k", b"v")])
+            assert await cluster.log_end_offsets("after-a-retry") == {0: 1}
+        # The failed attempt's directory is kept, with the broker's bind failure in its log.
+        failed_log = tmp_path / "cluster" / "logs" / "broker-0.log"
+        assert "Address already in use" in failed_log.read_text()
 
 
 async def test_fault_tools(tmp_path: Path) -> None:
