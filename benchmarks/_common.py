@@ -45,11 +45,31 @@ class ClusterInfo:
             ``plaintext``) -> the Java-client-style properties that reach the brokers over
             it (``bootstrap.servers`` of that listener, ``security.protocol``, ``ssl.*``,
             ``sasl.*``); empty unless secured modes were asked for.
+        broker_pids: the brokers' process ids when they run on this machine (a LocalCluster
+            started for the run, or ``--broker-pids``), for :func:`process_cpu_s`; empty
+            otherwise.
     """
 
     zookeeper_connect: str
     bootstrap_servers: str
     client_properties: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    broker_pids: tuple[int, ...] = ()
+
+
+def process_cpu_s(pids: Sequence[int]) -> float | None:
+    """User + system CPU seconds the processes ``pids`` used so far (``/proc/<pid>/stat``),
+    summed; None if there are none or one cannot be read (it ended, or not Linux)."""
+    if not pids:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / ticks
 
 
 # Security modes of the benchmarks -> (LocalCluster listener, SASL mechanism).
@@ -166,6 +186,12 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
         "(default: start a LocalCluster for this run)",
     )
     parser.add_argument("--bootstrap-server", help="its Kafka broker(s), host:port[,...]")
+    parser.add_argument(
+        "--broker-pids",
+        default="",
+        help="with --zookeeper/--bootstrap-server: the brokers' process ids on this machine, "
+        "comma-separated, to report the brokers' CPU per run (a LocalCluster's are known)",
+    )
 
 
 @contextlib.contextmanager
@@ -193,7 +219,8 @@ def cluster_from_args(
         if not (args.zookeeper and args.bootstrap_server):
             raise SystemExit("--zookeeper and --bootstrap-server go together")
         props = _existing_client_properties(args, security) if secured else {}
-        yield ClusterInfo(args.zookeeper, args.bootstrap_server, props)
+        pids = tuple(int(p) for p in (getattr(args, "broker_pids", "") or "").split(",") if p)
+        yield ClusterInfo(args.zookeeper, args.bootstrap_server, props, pids)
         return
     from aiozkconsumer.testing import LocalCluster
 
@@ -214,7 +241,8 @@ def cluster_from_args(
         props = {m: cluster.client_properties(*SECURITY_MODES[m]) for m in secured}
         for mode, p in props.items():
             say(f"  {mode}: {p['bootstrap.servers']} ({p['security.protocol']})")
-        yield ClusterInfo(cluster.zookeeper_connect, cluster.bootstrap_servers, props)
+        pids = tuple(pid for name, pid in cluster.pids.items() if name.startswith("broker-"))
+        yield ClusterInfo(cluster.zookeeper_connect, cluster.bootstrap_servers, props, pids)
     finally:
         asyncio.run(cluster.stop())
 

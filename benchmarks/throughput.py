@@ -121,6 +121,7 @@ from _common import (
     machine,
     md_table,
     median,
+    process_cpu_s,
     read_client_properties,
     run_child,
     say,
@@ -357,11 +358,7 @@ async def _azk(args: argparse.Namespace, c: Counter, t0: float) -> None:
 
     mode = args.contender
     tuned: dict[str, Any] = (
-        AZK_TUNED
-        if mode.endswith("-tuned")
-        else AZK_CHUNKS2
-        if mode.endswith("-chunks2")
-        else {}
+        AZK_TUNED if mode.endswith("-tuned") else AZK_CHUNKS2 if mode.endswith("-chunks2") else {}
     )
     if args.queue_kbytes and not tuned:
         tuned = {"queued_max_messages_kbytes": args.queue_kbytes}
@@ -886,6 +883,7 @@ def run_one(
     """
     timeout = max(120.0, records / 5_000)
     config_dir = getattr(args, "client_properties_dir", None)
+    broker_cpu0 = process_cpu_s(info.broker_pids)
     if contender == "java":
         assert java_cp is not None
         cmd = java_cmd(java_cp, info, topic, records, security, config_dir)
@@ -919,6 +917,7 @@ def run_one(
             assert config_dir is not None
             cmd += ["--client-properties", str(config_dir / f"{security}.properties")]
         res = run_child(cmd, timeout_s=timeout)
+    broker_cpu1 = process_cpu_s(info.broker_pids)
     rep = res.report
     ok = res.ok and rep.get("records", 0) >= records
     if not ok:
@@ -941,6 +940,12 @@ def run_one(
         "mib_per_s": rep["bytes"] / MIB / seconds,
         "window_cpu_s": rep.get("window_cpu_s"),
         "process_cpu_s": res.cpu_s,
+        # the brokers' CPU over the child's whole run (start-up included), when on this host
+        "broker_cpu_s": (
+            broker_cpu1 - broker_cpu0
+            if broker_cpu0 is not None and broker_cpu1 is not None
+            else None
+        ),
         "maxrss_mib": res.maxrss_mb,
         "wall_s": res.wall_s,
         "first_record_s": first,
@@ -966,6 +971,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "mib_per_s": med("mib_per_s"),
         "window_cpu_s": med("window_cpu_s"),
         "process_cpu_s": med("process_cpu_s"),
+        "broker_cpu_s": med("broker_cpu_s"),
         "maxrss_mib": med("maxrss_mib"),
         "first_record_s": med("first_record_s"),
         "import_s": med("import_s"),
@@ -1248,8 +1254,8 @@ def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> N
     write_results(args.out_dir, args.name, data, markdown(data))
 
 
-def _cpu_per_m(x: dict[str, Any]) -> float | None:
-    cpu, n = x.get("window_cpu_s"), x.get("records")
+def _cpu_per_m(x: dict[str, Any], key: str = "window_cpu_s") -> float | None:
+    cpu, n = x.get(key), x.get("records")
     return cpu / n * 1e6 if cpu and n else None
 
 
@@ -1280,6 +1286,7 @@ def security_ratios(
                     "x_plaintext": rate / base_rate if rate and base_rate else None,
                     "cpu_per_m": cpu,
                     "cpu_x_plaintext": cpu / base_cpu if cpu and base_cpu else None,
+                    "broker_cpu_per_m": _cpu_per_m(v, "broker_cpu_s"),
                     "x_reference": rate / ref_rate if rate and ref_rate else None,
                     "first_record_s": v.get("first_record_s"),
                 }
@@ -1361,19 +1368,24 @@ def security_markdown(data: dict[str, Any]) -> list[str]:
         "",
         "Steady records/s (start-up, TLS handshake and SASL exchange excluded) and CPU seconds "
         "per million records (consume window) of each contender over each listener, as ratios "
-        f"to the same contender over plaintext. Listeners: {described}.",
+        "to the same contender over plaintext; and the broker's CPU seconds per million "
+        "records over the consumer's whole run (when the broker runs on this machine: it "
+        "shares the cores, and encrypts what it sends over TLS where it sends files as they "
+        f"are over plaintext). Listeners: {described}.",
         "",
         md_table(
             ["dataset", "contender"]
             + [f"{m} steady rec/s" for m in modes]
             + [f"{m} x plaintext" for m in modes if m != "plaintext"]
             + [f"{m} CPU x plaintext" for m in modes if m != "plaintext"]
+            + [f"{m} broker CPU s/M" for m in modes]
             + [f"{m} first record s" for m in modes],
             [
                 [ds, contender]
                 + [fmt(by.get(m, {}).get("steady_records_per_s")) for m in modes]
                 + [fmt(by.get(m, {}).get("x_plaintext"), 2) for m in modes if m != "plaintext"]
                 + [fmt(by.get(m, {}).get("cpu_x_plaintext"), 2) for m in modes if m != "plaintext"]
+                + [fmt(by.get(m, {}).get("broker_cpu_per_m"), 2) for m in modes]
                 + [fmt(by.get(m, {}).get("first_record_s"), 2) for m in modes]
                 for (ds, contender), by in _by_dataset_contender(rows).items()
             ],
@@ -1413,7 +1425,8 @@ def markdown(data: dict[str, Any]) -> str:
         f"consumer process, warm page cache, batch calls of {s['batch']} records. "
         "CPU (consume) is the child's own CPU time over the consume window; CPU (process) "
         "the whole process's (start-up included), peak RSS the process's `VmHWM` (followed "
-        "while it runs); first "
+        "while it runs); broker CPU: the brokers' over the child's whole run, per million "
+        "records (when they run on this machine; they share its cores); first "
         "record: seconds from the start of the window to the first record (connect, "
         "subscribe, group join, first fetch); steady records/s: the records after the first "
         "over the time after it (start-up and join excluded). `azk-kafka-*` are the "
@@ -1447,6 +1460,7 @@ def markdown(data: dict[str, Any]) -> str:
                     if v.get("window_cpu_s") and v.get("records")
                     else "-",
                     fmt(v["process_cpu_s"], 2),
+                    fmt(_cpu_per_m(v, "broker_cpu_s"), 2),
                     fmt(v["maxrss_mib"]),
                     fmt(v.get("import_s"), 2),
                     fmt(v.get("first_record_s"), 2),
@@ -1465,6 +1479,7 @@ def markdown(data: dict[str, Any]) -> str:
                     "CPU s (consume)",
                     "CPU s / M records",
                     "CPU s (process)",
+                    "broker CPU s / M records",
                     "peak RSS MiB",
                     "import s",
                     "first record s",
