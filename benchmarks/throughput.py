@@ -598,6 +598,8 @@ def child(args: argparse.Namespace) -> None:
         profiler: Any = Profiler(interval=0.001, async_mode="enabled")
         profiler.start()
     import_s = _import_client(args.contender)
+    if args.switch_interval_ms:
+        sys.setswitchinterval(args.switch_interval_ms / 1000)
     counter = Counter(args.records)
     cpu0 = cpu_now()
     t0 = time.perf_counter()
@@ -913,6 +915,8 @@ def run_one(
         ]
         if args.azk_queue_kbytes:
             cmd += ["--queue-kbytes", str(args.azk_queue_kbytes)]
+        if args.switch_interval_ms:
+            cmd += ["--switch-interval-ms", str(args.switch_interval_ms)]
         if security != "plaintext":
             assert config_dir is not None
             cmd += ["--client-properties", str(config_dir / f"{security}.properties")]
@@ -998,6 +1002,7 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--profile", help="write a pyinstrument profile (text) to this file")
     c.add_argument("--isolation-level", default="read_uncommitted", choices=ISOLATION_LEVELS)
     c.add_argument("--queue-kbytes", type=int, default=0)
+    c.add_argument("--switch-interval-ms", type=float, default=0.0)
     c.add_argument(
         "--client-properties",
         help="read over a secured listener: a properties file with its bootstrap.servers and "
@@ -1047,6 +1052,14 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="queued.max.messages.kbytes of the aiozkconsumer contenders without a queue "
         "setting of their own (default 0: the library's default)",
+    )
+    parser.add_argument(
+        "--switch-interval-ms",
+        type=float,
+        default=0.0,
+        help="sys.setswitchinterval of the Python contenders, in ms (default 0: Python's, 5 "
+        "ms): how long a thread that wants the GIL waits before the holder is asked to drop "
+        "it (the -iothread contenders' receive thread takes it back once per buffer)",
     )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
@@ -1211,6 +1224,7 @@ def run(info: ClusterInfo, args: argparse.Namespace, contenders: list[str]) -> N
             "partitions": args.partitions,
             "repeats": args.repeats,
             "batch": args.batch,
+            "switch_interval_ms": args.switch_interval_ms or sys.getswitchinterval() * 1000,
             "datasets": {
                 lbl: {
                     "records": reads[lbl][0],
