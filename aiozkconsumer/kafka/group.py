@@ -48,7 +48,7 @@ from ..records import TopicPartition
 from .channel import KafkaGetter, OffsetsChannel
 from .client import KafkaClient, send_coordination
 from .errors import NO_ANSWER, AiokafkaError, IncompatibleBrokerVersion, error_name
-from .leader_epoch import OffsetCommitEpochRequest, OffsetCommitEpochStruct
+from .leader_epoch import OffsetCommitEpochRequest, OffsetCommitEpochStruct, OffsetFetchEpochRequest
 
 __all__ = [
     "COORDINATOR_MOVED",
@@ -619,6 +619,8 @@ class GroupClient:
         self.group_instance_id = group_instance_id
         self._coordinator: int | None = None
         self._answered_at = time.monotonic()
+        # Whether the coordinator is known to have loaded the group: see heartbeat().
+        self._loaded = False
 
     @property
     def coordinator(self) -> int | None:
@@ -661,6 +663,7 @@ class GroupClient:
                 fatal=code == GROUP_AUTHORIZATION_FAILED,
             )
         self._coordinator = int(resp.coordinator_id)
+        self._loaded = False
         log.info(
             "group %s: coordinator is broker %d (%s)",
             self.group,
@@ -672,6 +675,7 @@ class GroupClient:
     def forget_coordinator(self) -> None:
         """Look the coordinator up again before the next request."""
         self._coordinator = None
+        self._loaded = False
 
     async def join(
         self,
@@ -733,6 +737,7 @@ class GroupClient:
                         FENCED_INSTANCE_ID,
                     ),
                 )
+            self._loaded = True  # answered without an error: the group is loaded there
             members = tuple(
                 (str(m[0]), (str(m[1]) or None) if len(m) == 3 else None, bytes(m[-1]))
                 for m in resp.members
@@ -774,13 +779,29 @@ class GroupClient:
         return bytes(resp.member_assignment)
 
     async def heartbeat(self, generation: int, member_id: str) -> None:
-        """Heartbeat.
+        """Heartbeat; returns when it was answered without an error, which then proves the
+        membership (the member's lease is extended on it).
+
+        A coordinator still loading the group answers a Heartbeat with *no* error, blindly
+        (Kafka's ``GroupCoordinatorService.heartbeat``: "The group is still loading, so
+        blindly respond"; the ZooKeeper-era ``GroupCoordinator.handleHeartbeat`` alike), so
+        right after the coordinator moved, a member whose session the old coordinator had
+        already ended would be told it is still a member. So until the current coordinator
+        is known to have the group loaded, an empty OffsetFetch goes first (a read, which a
+        loading coordinator answers ``COORDINATOR_LOAD_IN_PROGRESS``), and the Heartbeat is
+        sent only once that is answered without an error; a JoinGroup answered without one
+        shows the group loaded as well. A coordinator is known loaded until it is looked up
+        again (:meth:`find_coordinator`, after it moved or stopped answering).
 
         Raises:
             GroupRequestError: an error code (``REBALANCE_IN_PROGRESS``: rejoin;
                 ``ILLEGAL_GENERATION``/``UNKNOWN_MEMBER_ID``: fenced; ``FENCED_INSTANCE_ID``:
-                another member took this member's ``group.instance.id``, fatal) or no answer.
+                another member took this member's ``group.instance.id``, fatal;
+                ``COORDINATOR_LOAD_IN_PROGRESS``: the coordinator is loading the group, no
+                Heartbeat was sent) or no answer.
         """
+        if not self._loaded:
+            await self._check_loaded()
         request = InstanceHeartbeatRequest(
             self.group, generation, member_id, self.group_instance_id
         )
@@ -811,6 +832,34 @@ class GroupClient:
         for code in codes:
             if code != NONE:
                 log.info("group %s: LeaveGroup answered %s", self.group, code_name(code))
+
+    async def _check_loaded(self) -> None:
+        """An OffsetFetch of no partition: answered ``COORDINATOR_LOAD_IN_PROGRESS`` while the
+        coordinator loads the group (raised as the Heartbeat's failure), without an error
+        once it has (then :attr:`_loaded`). An answer that says neither (another error, or
+        OffsetFetch v1, which has no group-level error) proves nothing either way: the
+        Heartbeat's answer is then taken as it is, as before this check."""
+        response = await self._to_coordinator(
+            OffsetFetchEpochRequest(self.group, []), "Heartbeat", self.request_timeout_ms / 1000
+        )
+        code = int(getattr(response, "error_code", NONE))
+        if code == COORDINATOR_LOAD_IN_PROGRESS or code in COORDINATOR_MOVED:
+            if code in COORDINATOR_MOVED:
+                self.forget_coordinator()
+            raise GroupRequestError(
+                "Heartbeat",
+                code,
+                f"group {self.group!r}: the coordinator has not loaded the group yet "
+                "(its Heartbeat answers would not prove the membership)",
+            )
+        if code != NONE:
+            log.info(
+                "group %s: cannot tell whether the coordinator has loaded the group (OffsetFetch "
+                "answered %s): its Heartbeat answers are taken as they are",
+                self.group,
+                code_name(code),
+            )
+        self._loaded = True
 
     # -- one request ---------------------------------------------------------------------
 
