@@ -72,6 +72,14 @@ def process_cpu_s(pids: Sequence[int]) -> float | None:
     return total / ticks
 
 
+def _broker_pids(text: str) -> tuple[int, ...]:
+    """``--broker-pids``: comma-separated process ids (a clear exit on anything else)."""
+    try:
+        return tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise SystemExit(f"--broker-pids: process ids separated by commas, not {text!r}") from None
+
+
 # Security modes of the benchmarks -> (LocalCluster listener, SASL mechanism).
 SECURITY_MODES: Mapping[str, tuple[str, str | None]] = {
     "plaintext": ("PLAINTEXT", None),
@@ -219,7 +227,7 @@ def cluster_from_args(
         if not (args.zookeeper and args.bootstrap_server):
             raise SystemExit("--zookeeper and --bootstrap-server go together")
         props = _existing_client_properties(args, security) if secured else {}
-        pids = tuple(int(p) for p in (getattr(args, "broker_pids", "") or "").split(",") if p)
+        pids = _broker_pids(getattr(args, "broker_pids", "") or "")
         yield ClusterInfo(args.zookeeper, args.bootstrap_server, props, pids)
         return
     from aiozkconsumer.testing import LocalCluster

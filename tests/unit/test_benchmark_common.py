@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))  # the benchmarks import each other by file name
 
-from _common import process_cpu_s  # noqa: E402
+from _common import _broker_pids, process_cpu_s  # noqa: E402
 
 
 def test_process_cpu_s_sums_what_the_processes_used() -> None:
@@ -43,3 +45,10 @@ def test_process_cpu_s_is_none_without_pids_or_for_a_process_gone() -> None:
         text=True,
     )
     assert process_cpu_s([int(done.stdout)]) is None
+
+
+def test_broker_pids_are_read_or_refused_clearly() -> None:
+    assert _broker_pids("") == ()
+    assert _broker_pids("12, 34") == (12, 34)
+    with pytest.raises(SystemExit, match="--broker-pids"):
+        _broker_pids("12,broker")
