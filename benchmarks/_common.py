@@ -209,12 +209,13 @@ def cluster_from_args(
     flavour: str = "zookeeper",
     broker_properties: Mapping[str, str] | None = None,
     security: Sequence[str] = (),
+    broker_heap: str = "512m",
 ) -> Iterator[ClusterInfo]:
     """Yield the cluster named on the command line, or a LocalCluster started for the run.
 
-    ``flavour`` and ``broker_properties`` are the LocalCluster's (``"kraft"``: one Kafka 4.3
-    broker in KRaft mode, next to the ZooKeeper the consumer groups of ZooKeeper mode use);
-    they do not apply to a cluster named on the command line.
+    ``flavour``, ``broker_properties`` and ``broker_heap`` are the LocalCluster's
+    (``"kraft"``: one Kafka 4.3 broker in KRaft mode, next to the ZooKeeper the consumer
+    groups of ZooKeeper mode use); they do not apply to a cluster named on the command line.
 
     ``security``: the :data:`SECURITY_MODES` the run reads over. Any but ``plaintext`` starts
     the LocalCluster with secured listeners (the test kit's ``ClusterSecurity``, request log
@@ -241,7 +242,10 @@ def cluster_from_args(
         kafka += " with SSL and SASL_SSL listeners"
     say(f"starting a LocalCluster (ZooKeeper + one {kafka}) ...")
     cluster = LocalCluster(
-        flavour=flavour, broker_properties=broker_properties, security=cluster_security
+        flavour=flavour,
+        broker_properties=broker_properties,
+        security=cluster_security,
+        broker_heap=broker_heap,
     )
     asyncio.run(cluster.start())
     try:

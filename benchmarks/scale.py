@@ -492,6 +492,16 @@ def throughput_curve(
 # -- the run ----------------------------------------------------------------------------------
 
 
+SCALE_BROKER_HEAP = "1g"
+"""The LocalCluster broker's heap for every curve (the test kit's default is 512m).
+
+With 10,000 partitions and one idle consumer a Kafka 3.9 broker's heap held 400 to 500 MB;
+the next point's member (a fetch session over 10,000 partitions, the last point's topic still
+being deleted) left a 512m broker no heap: it stopped answering (it had to be killed), and
+every later point was lost. 1g is Kafka's own default (``kafka-server-start.sh``); the rebalance
+curve's 4,096 partitions and 64 members get it too.
+"""
+
 IDLE_BROKER_PROPERTIES = {"fetch.purgatory.purge.interval.requests": "100"}
 """The Kafka 3.9 LocalCluster's broker settings for the idle and throughput curves.
 
@@ -523,10 +533,14 @@ def cluster_for(
             "group.consumer.heartbeat.interval.ms": str(hb),
             "group.consumer.min.heartbeat.interval.ms": str(min(hb, 5000)),
         }
-        with cluster_from_args(args, flavour="kraft", broker_properties=props) as info:
+        with cluster_from_args(
+            args, flavour="kraft", broker_properties=props, broker_heap=SCALE_BROKER_HEAP
+        ) as info:
             yield info, "4.3"
     else:
-        with cluster_from_args(args, broker_properties=IDLE_BROKER_PROPERTIES) as info:
+        with cluster_from_args(
+            args, broker_properties=IDLE_BROKER_PROPERTIES, broker_heap=SCALE_BROKER_HEAP
+        ) as info:
             yield info, "3.9"
 
 

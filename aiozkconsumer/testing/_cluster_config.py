@@ -175,7 +175,9 @@ class ClusterConfiguration(ClusterCore):
         )
         config = broker_dir / "server.properties"
         config.write_text(_render.properties(props))
-        cmd = _render.broker_command(java, libs, logging_option, config)
+        cmd = _render.broker_command(
+            java, libs, logging_option, config, heap=self._settings.broker_heap
+        )
         self._brokers[broker_id] = Server(name, port, cmd, broker_log)
         return config, logging_option
 

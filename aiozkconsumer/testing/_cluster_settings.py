@@ -11,6 +11,7 @@ KRaft controller listener, the proxied links and the secured listeners;
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -25,6 +26,25 @@ __all__ = [
     "request_log_paths",
     "security_options",
 ]
+
+
+DEFAULT_BROKER_HEAP = "512m"
+"""A LocalCluster broker's default maximum heap: enough for the test suite's topics. A broker
+hosting thousands of partitions needs more (each has its log, index and metrics objects: with
+10,000 partitions and one idle consumer a 3.9 broker's heap held 400 to 500 MB)."""
+
+_MIN_HEAP = 256 << 20
+_HEAP_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def heap_bytes(size: str) -> int | None:
+    """``size`` (a JVM ``-Xmx`` value: digits and ``k``, ``m`` or ``g``) in bytes, or None
+    when it is not one or is below 256 MiB (a broker does not start in less)."""
+    m = re.fullmatch(r"([0-9]{1,7})([kKmMgG])", size) if isinstance(size, str) else None
+    if m is None:
+        return None
+    n = int(m.group(1)) * _HEAP_UNITS[m.group(2).lower()]
+    return n if n >= _MIN_HEAP else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,11 +66,13 @@ class ClusterSettings:
         broker_racks: a non-blank ``broker.rack`` per broker, in broker id order (None: no
             racks).
         request_log: keep each broker's request log.
+        broker_heap: each broker JVM's maximum heap (``-Xmx``), e.g. ``"512m"`` or ``"1g"``.
 
     Raises:
         ValueError: if ``flavour`` is not a known flavour, ``brokers < 1``,
-            ``zk_tick_time_ms < 1``, ``startup_timeout_s <= 0``, ``proxy_links < 0``, or
-            ``broker_racks`` does not name a non-blank rack per broker.
+            ``zk_tick_time_ms < 1``, ``startup_timeout_s <= 0``, ``proxy_links < 0``,
+            ``broker_racks`` does not name a non-blank rack per broker, or ``broker_heap``
+            is not a size the JVM takes (digits and ``k``, ``m`` or ``g``, at least 256m).
         TypeError: if ``security`` is not a ``ClusterSecurity`` or None.
     """
 
@@ -66,6 +88,7 @@ class ClusterSettings:
     security: ClusterSecurity | None = None
     broker_racks: tuple[str, ...] | None = None
     request_log: bool = False
+    broker_heap: str = DEFAULT_BROKER_HEAP
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
@@ -81,6 +104,11 @@ class ClusterSettings:
         if self.security is not None and not isinstance(self.security, ClusterSecurity):
             raise TypeError(
                 f"security must be a bool, a ClusterSecurity or None, got {self.security!r}"
+            )
+        if heap_bytes(self.broker_heap) is None:
+            raise ValueError(
+                "broker_heap must be a JVM heap size of at least 256m (digits and k, m or g, "
+                f"e.g. '512m' or '1g'), got {self.broker_heap!r}"
             )
         racks = self.broker_racks
         if racks is not None and (len(racks) != self.brokers or not all(r.strip() for r in racks)):

@@ -70,7 +70,7 @@ KRAFT_CONTROLLER_ID = 0
 """KRaft: the node that is also the (single) metadata quorum controller."""
 
 _ZK_JVM = ["-Xms64m", "-Xmx256m"]
-_BROKER_JVM = ["-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
+_BROKER_JVM = ["-Xms256m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
 _COMMON_JVM = ["-XX:-UsePerfData", "-Djava.awt.headless=true"]
 # Short-lived tools (kafka-storage format): C1 only starts faster.
 _TOOL_JVM = ["-Xms64m", "-Xmx256m", "-XX:TieredStopAtLevel=1"]
@@ -318,15 +318,19 @@ def zookeeper_command(
     ]
 
 
-def broker_command(java: str, libs: Path, logging_option: str, config: Path) -> list[str]:
+def broker_command(
+    java: str, libs: Path, logging_option: str, config: Path, heap: str = "512m"
+) -> list[str]:
     """The command line of a Kafka broker (``kafka.Kafka`` from ``libs``).
 
     Args:
         logging_option: :func:`log4j_option` (Kafka 3.9) or :func:`log4j2_option` (4.x).
+        heap: the JVM's maximum heap (``-Xmx``), e.g. ``"512m"``.
     """
     return [
         java,
         *_BROKER_JVM,
+        f"-Xmx{heap}",
         *_COMMON_JVM,
         logging_option,
         "-cp",

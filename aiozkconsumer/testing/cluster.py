@@ -83,7 +83,11 @@ from aiozkconsumer._concurrency import gather
 from aiozkconsumer.testing._cluster_base import ClusterState
 from aiozkconsumer.testing._cluster_faults import FaultTools
 from aiozkconsumer.testing._cluster_listeners import ListenerTools
-from aiozkconsumer.testing._cluster_settings import ClusterSettings, security_options
+from aiozkconsumer.testing._cluster_settings import (
+    DEFAULT_BROKER_HEAP,
+    ClusterSettings,
+    security_options,
+)
 from aiozkconsumer.testing._cluster_topics import TopicTools
 from aiozkconsumer.testing._errors import ClusterStartError, LocalClusterError, ProduceError
 from aiozkconsumer.testing._processes import terminate
@@ -181,11 +185,17 @@ class LocalCluster(FaultTools, TopicTools, ListenerTools):
             over the racks.
         request_log: keep each broker's request log (``kafka.request.logger`` at DEBUG):
             see :attr:`request_log_files` and :meth:`requests_logged`. Default False.
+        broker_heap: each broker JVM's maximum heap (``-Xmx``; default ``"512m"``, enough
+            for the test suite). A broker hosting thousands of partitions needs more: with
+            10,000 partitions and one idle consumer a Kafka 3.9 broker's heap held 400 to 500
+            MB, and with the previous such topic still being deleted a 512m broker stopped
+            answering.
 
     Raises:
         ValueError: if ``brokers < 1``, ``zk_tick_time_ms < 1``, ``startup_timeout_s <= 0``,
-            ``proxy_links < 0``, ``flavour`` is not ``"zookeeper"`` or ``"kraft"``, or
-            ``broker_racks`` does not name a non-blank rack per broker.
+            ``proxy_links < 0``, ``flavour`` is not ``"zookeeper"`` or ``"kraft"``,
+            ``broker_racks`` does not name a non-blank rack per broker, or ``broker_heap`` is
+            not a JVM heap size of at least 256m (digits and ``k``, ``m`` or ``g``).
         TypeError: if ``security`` is not one of the above.
     """
 
@@ -204,6 +214,7 @@ class LocalCluster(FaultTools, TopicTools, ListenerTools):
         security: ClusterSecurity | bool | None = None,
         broker_racks: Sequence[str] | None = None,
         request_log: bool = False,
+        broker_heap: str = DEFAULT_BROKER_HEAP,
     ) -> None:
         super().__init__(
             ClusterSettings(
@@ -219,6 +230,7 @@ class LocalCluster(FaultTools, TopicTools, ListenerTools):
                 security=security_options(security),
                 broker_racks=None if broker_racks is None else tuple(map(str, broker_racks)),
                 request_log=request_log,
+                broker_heap=broker_heap,
             )
         )
 

@@ -9,12 +9,15 @@ from typing import Any
 import pytest
 
 from aiozkconsumer.testing._cluster_settings import (
+    DEFAULT_BROKER_HEAP,
     ClusterSettings,
     PortPlan,
+    heap_bytes,
     plan_ports,
     request_log_paths,
     security_options,
 )
+from aiozkconsumer.testing._render import broker_command
 from aiozkconsumer.testing.cluster import LocalCluster
 from aiozkconsumer.testing.security import SECURE_LISTENERS, ClusterSecurity
 
@@ -32,6 +35,9 @@ from aiozkconsumer.testing.security import SECURE_LISTENERS, ClusterSecurity
             r"a non-blank rack for each of the 2 brokers, got \['a'\]",
         ),
         ({"brokers": 2, "broker_racks": ["a", " "]}, "non-blank rack"),
+        ({"broker_heap": "1G "}, "broker_heap must be a JVM heap size .* got '1G '"),
+        ({"broker_heap": "128m"}, "at least 256m"),
+        ({"broker_heap": "1024"}, "digits and k, m or g"),
     ],
 )
 def test_bad_settings_are_refused(arguments: dict[str, Any], message: str) -> None:
@@ -42,6 +48,23 @@ def test_bad_settings_are_refused(arguments: dict[str, Any], message: str) -> No
         arguments["broker_racks"] = tuple(racks)
     with pytest.raises(ValueError, match=message):
         ClusterSettings(**arguments)
+
+
+def test_heap_sizes_read_as_the_jvm_reads_them() -> None:
+    assert heap_bytes("512m") == 512 << 20
+    assert heap_bytes("1g") == heap_bytes("1G") == heap_bytes("1024M") == 1 << 30
+    assert heap_bytes("262144k") == 256 << 20
+    for bad in ("255m", "1.5g", "g", "-1g", "1t", "", " 1g"):
+        assert heap_bytes(bad) is None, bad
+
+
+def test_the_broker_heap_reaches_the_broker_command_line() -> None:
+    assert ClusterSettings().broker_heap == DEFAULT_BROKER_HEAP == "512m"
+    cmd = broker_command("java", Path("/libs"), "-Dlog", Path("/c"), heap="1g")
+    assert [a for a in cmd if a.startswith("-Xmx")] == ["-Xmx1g"]
+    assert cmd.index("-Xmx1g") < cmd.index("kafka.Kafka")
+    default = broker_command("java", Path("/libs"), "-Dlog", Path("/c"))
+    assert [a for a in default if a.startswith("-Xmx")] == ["-Xmx512m"]
 
 
 def test_the_first_bad_setting_is_named() -> None:
