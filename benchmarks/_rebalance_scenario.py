@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
 import signal
 import time
@@ -33,10 +34,20 @@ from _rebalance_view import (
     owner_snapshot,
     restart_settled_at,
     settled_at,
+    unsettled_state,
 )
 
 # The member and producer processes run the benchmark's command line.
 SCRIPT = str(Path(__file__).resolve().with_name("rebalance.py"))
+
+
+def _member_log(log_dir: Path | None, name: str) -> int:
+    """A member process's stderr: a new file ``<log_dir>/<name>.log`` (its descriptor, for
+    the caller to close once the process is spawned), or ``DEVNULL`` without ``log_dir``."""
+    if log_dir is None:
+        return asyncio.subprocess.DEVNULL
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return os.open(log_dir / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
 
 async def pump(run: Run, proc: asyncio.subprocess.Process) -> None:
@@ -178,6 +189,7 @@ async def running_group(
     spawned_at = time.time()
     for i in range(n_procs):
         slots = [s for s in range(members) if s % n_procs == i]
+        stderr = _member_log(getattr(args, "member_logs", None), f"{run.group}-member-{i}")
         proc = await asyncio.create_subprocess_exec(
             this_python(),
             script,
@@ -202,8 +214,10 @@ async def running_group(
             *common,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
+            stderr=stderr,
         )
+        if stderr != asyncio.subprocess.DEVNULL:
+            os.close(stderr)  # the member process has its own descriptor
         run.procs.append(proc)
         for s in slots:
             run.slots[s] = SlotState(proc=i)
@@ -239,7 +253,10 @@ async def running_group(
             # Let members join one by one, as services do; the group settles at the end.
             await asyncio.sleep(0.05)
         if await wait_settled(run, t_start, args.settle_timeout * 3) is None:
-            raise RuntimeError(f"{mode} {members}x{partitions}: the group never settled")
+            raise RuntimeError(
+                f"{mode} {members}x{partitions}: the group never settled within "
+                f"{args.settle_timeout * 3:.0f} s: {unsettled_state(run, t_start)}"
+            )
         await asyncio.sleep(1.0)
         await request_gaps(run)
         await asyncio.sleep(3.0)

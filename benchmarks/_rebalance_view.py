@@ -131,6 +131,34 @@ def settled_at(run: Run, since: float) -> float | None:
     return latest
 
 
+def unsettled_state(run: Run, since: float) -> str:
+    """What keeps the group from settling after ``since`` (:func:`settled_at`'s conditions),
+    in one line: for the message of a group that never settled."""
+    live = [s for s in run.slots.values() if s.live]
+    if not live:
+        return f"no member live (expected {run.expected_live})"
+    lo, hi = run.partitions // len(live), -(-run.partitions // len(live))
+    owned: dict[int, int] = {}
+    for st in live:
+        for p in st.owned:
+            owned[p] = owned.get(p, 0) + 1
+    waiting = sum(
+        1
+        for st in live
+        for p, acquired in st.owned.items()
+        if acquired >= since and (st.firsts.get(p) is None or st.firsts[p] < acquired)
+    )
+    counts = sorted(len(st.owned) for st in live)
+    return (
+        f"{len(live)}/{run.expected_live} members live; "
+        f"{sum(not lo <= c <= hi for c in counts)} outside {lo}..{hi} partitions "
+        f"(owning {counts[0]}..{counts[-1]}); "
+        f"{sum(st.assigned_at < since for st in live)} without a rebalance since; "
+        f"{len(owned)}/{run.partitions} partitions owned, {sum(n > 1 for n in owned.values())} "
+        f"by more than one; {waiting} acquired without a record yet"
+    )
+
+
 def restart_settled_at(run: Run, slot: int, since: float) -> float | None:
     """When the group settled after ``slot`` was stopped at ``since`` and started again, or
     ``None`` if it has not.

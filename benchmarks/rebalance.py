@@ -239,6 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
+        "--member-logs",
+        type=Path,
+        default=None,
+        help="write each member process's stderr (its log lines) to DIR/<group>-member-<i>.log "
+        "(default: discarded)",
+    )
+    parser.add_argument(
         "--name", default="rebalance", help="result file stem (<name>.json, <name>.md)"
     )
     add_cluster_args(parser)

@@ -212,6 +212,21 @@ def test_overlapping_unbalanced_or_short_handed_groups_are_not_settled() -> None
     assert view.settled_at(run, 0.0) is None  # slot 0 alone covers only half
 
 
+def test_a_group_that_has_not_settled_says_which_condition_fails() -> None:
+    run = group()
+    assert view.unsettled_state(run, 0.0) == "no member live (expected 2)"
+    run = settled({"ev": "assigned", "slot": 1, "partitions": [1, 2, 3], "t": 2.0})
+    assert view.unsettled_state(run, 0.0) == (
+        "2/2 members live; 1 outside 2..2 partitions (owning 2..3); 0 without a rebalance "
+        "since; 4/4 partitions owned, 1 by more than one; 1 acquired without a record yet"
+    )
+    run = settled()
+    run.expected_live = 3
+    assert view.unsettled_state(run, 1.05).startswith(
+        "2/3 members live; 0 outside 2..2 partitions (owning 2..2); 1 without a rebalance since"
+    )
+
+
 def test_consumer_protocol_members_whose_partitions_stay_hear_nothing() -> None:
     for mode, expected in (("azk-consumer", 3.0), ("azk-kafka", None)):
         run = settled(mode=mode)
