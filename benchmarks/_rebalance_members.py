@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -448,6 +449,10 @@ async def confluent_member(
 
 async def member_main(args: argparse.Namespace) -> None:
     """Host ``--slots`` member slots; obey ``start i`` / ``stop i`` / ``report`` on stdin."""
+    logging.basicConfig(
+        level=getattr(args, "log_level", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     if args.mode == "original":
         patch_original(args.original_backoff_ms / 1000)
     loop = asyncio.get_running_loop()

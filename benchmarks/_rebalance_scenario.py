@@ -210,6 +210,7 @@ async def running_group(
             "--java-poll-ms",
             str(args.java_poll_ms),
             *(["--static"] if membership == "static" else []),
+            *(["--log-level", "INFO"] if getattr(args, "member_logs", None) else []),
             *kafka_timeouts(args),
             *common,
             stdin=asyncio.subprocess.PIPE,

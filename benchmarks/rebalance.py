@@ -144,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--remote-assignor")
     m.add_argument("--java-poll-ms", type=int, default=1000)
     m.add_argument("--static", action="store_true", help="group.instance.id per slot")
+    m.add_argument("--log-level", default="WARNING", help="the member process's log level (stderr)")
     for opt, default, _ in KAFKA_TIMEOUT_OPTIONS:
         m.add_argument(opt, type=int, default=default)
     for sp in (p, m):
@@ -242,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--member-logs",
         type=Path,
         default=None,
-        help="write each member process's stderr (its log lines) to DIR/<group>-member-<i>.log "
-        "(default: discarded)",
+        help="write each member process's stderr (its log lines, INFO and up) to "
+        "DIR/<group>-member-<i>.log (default: discarded)",
     )
     parser.add_argument(
         "--name", default="rebalance", help="result file stem (<name>.json, <name>.md)"
