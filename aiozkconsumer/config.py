@@ -163,7 +163,9 @@ class ConsumerConfig:
             partition only while its stream has room, and at least one fetch goes out while
             a stream holds nothing. Per stream, not per partition as in librdkafka.
         rebalance_max_retries: ``rebalance.max.retries``, default 4, >= 1. Rebalance attempts
-            before ``ConsumerRebalanceFailedError``.
+            before ``ConsumerRebalanceFailedError``; an attempt lost to the ZooKeeper
+            connection, or planned again because the membership changed while it claimed,
+            is not counted.
         rebalance_backoff_ms: ``rebalance.backoff.ms``, ms, default ``None`` =
             ``zookeeper.sync.time.ms`` (``effective_rebalance_backoff_ms``), >= 0.
         refresh_leader_backoff_ms: ``refresh.leader.backoff.ms``, ms, default 200, > 0. Pause of

@@ -253,6 +253,42 @@ class KafkaClient:
             raise NoBrokersError(f"no broker of {self.bootstrap_servers!r} answered")
         return {t: tuple(sorted(self.partitions_for(t) or ())) for t in topics}
 
+    async def partition_ids(self, topics: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """Sorted partition ids of each topic, from one Metadata v7 request to a known broker
+        (empty for an unknown topic or one answered with a topic error, as
+        :meth:`partitions_for_topics` gives them).
+
+        Unlike :meth:`partitions_for_topics`, the client's own metadata is not refreshed (nor
+        decoded again into aiokafka's cluster table), and the answer is decoded by
+        :mod:`~aiozkconsumer.kafka.leader_epoch`'s own reader: with thousands of partitions,
+        aiokafka's refresh took tens of milliseconds of the event loop per call (a ZooKeeper
+        member with Kafka metadata checks the partition counts every 5 s). Callers that need
+        the client's metadata fresh afterwards (leaders, replicas and their racks) use
+        :meth:`partitions_for_topics`. Falls back to it when no known broker answers
+        Metadata v7 (brokers before 2.1, or none known yet).
+
+        Raises:
+            NoBrokersError: no broker answered.
+            KafkaConnectionError: the client is closed.
+        """
+        from .leader_epoch import leaders_and_epochs
+
+        topics = sorted(set(topics))
+        if not topics:
+            return {}
+        for node, _address in self.brokers():
+            try:
+                answer = await leaders_and_epochs(self, node, topics)
+            except BrokerNotAvailableError as e:
+                log.debug("no partitions from broker %s: %s", node, e)
+                continue
+            found: dict[str, list[int]] = {t: [] for t in topics}
+            for tp in answer:
+                if tp.topic in found:
+                    found[tp.topic].append(tp.partition)
+            return {t: tuple(sorted(ids)) for t, ids in found.items()}
+        return await self.partitions_for_topics(topics)
+
     def leader_for(self, tp: TopicPartition) -> int | None:
         """The leader's broker id, or ``None`` when unknown or unavailable."""
         leader = self._client.cluster.leader_for_partition(
@@ -385,9 +421,7 @@ class KafkaClient:
             by_leader.setdefault(leader, {})[tp] = LATEST
         result: dict[TopicPartition, int] = {}
         for leader, ts in by_leader.items():
-            result.update(
-                await list_offsets_at(self, leader, ts, isolation_level=isolation_level)
-            )
+            result.update(await list_offsets_at(self, leader, ts, isolation_level=isolation_level))
         return result
 
     def __repr__(self) -> str:

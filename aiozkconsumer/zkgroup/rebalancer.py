@@ -221,7 +221,12 @@ class Rebalancer:
         An attempt cut short by ZooKeeper connection loss or session expiry does not use up
         one of them: the next one starts when the session is connected again, within
         ``connection_retry_window_s`` (the original's ZkClient blocked the attempt until the
-        connection was back).
+        connection was back). Nor does an attempt that found the group's membership changed
+        while it claimed (it deleted its claims and plans again at once with the members of
+        now): the group is still forming, nobody is in the way. *The original counted it: a
+        group of dozens of members starting together ran members out of their 4 attempts
+        (measured at 64 members x 4,096 partitions on 2 cores), and each started without
+        partitions until the next trigger.*
 
         Raises:
             ConsumerRebalanceFailedError: no attempt succeeded. The consumer then owns no
@@ -247,25 +252,32 @@ class Rebalancer:
         backoff_s = cfg.effective_rebalance_backoff_ms / 1000
         last_error: BaseException | None = None
         connection_deadline: float | None = None
-        attempt = 0
+        attempt = replans = 0
         while attempt < cfg.rebalance_max_retries:
             attempt += 1
             if self.is_closing():
                 return
-            log.info("[%s] begin rebalancing (attempt %d, %s)", self.consumer_id, attempt, reason)
+            log.info(
+                "[%s] begin rebalancing (attempt %d%s, %s)",
+                self.consumer_id,
+                attempt,
+                f", plan {replans + 1}" if replans else "",
+                reason,
+            )
             blocking: list[str] = []
             self.last_moves = (0, 0, 0)
+            self.owners.replan_now = False
             try:
                 # The session may have been replaced since the last attempt (or since the
                 # rebalance began): own nothing of the old one and register again first.
                 await self.membership.handle_new_session_if_needed()
                 self._clock.lap("session")
                 self.owners.waits_left = cfg.rebalance_max_retries - attempt
-                self.owners.replan_now = False
                 done = await self._rebalance(blocking)
             except (ConsumerError, MalformedZookeeperDataError, ZookeeperError) as e:
                 log.info("[%s] exception during rebalance: %s", self.consumer_id, e)
                 last_error, done = e, False
+                self.owners.replan_now = False  # failed, not replanned: counted
             if done:
                 self._record(started, t0, attempt, True, reason)
                 return
@@ -284,10 +296,14 @@ class Rebalancer:
                         await anyio.sleep(backoff_s)
                     self._clock.lap("retry_wait")
                     continue
+            if self.owners.replan_now:
+                # The membership changed while claiming: plan again at once, not counted.
+                attempt -= 1
+                replans += 1
+                self._clock.lap("retry_wait")
+                continue
             try:
-                if self.owners.replan_now:
-                    pass  # the membership changed while claiming: plan again at once
-                elif blocking:
+                if blocking:
                     await self.owners.wait_deleted(blocking, backoff_s)
                 else:
                     await anyio.sleep(backoff_s)

@@ -85,8 +85,9 @@ async def test_a_join_while_a_claim_waits_makes_the_waiter_plan_again(
     rebalance_log: logging.Logger,
 ) -> None:
     """The membership is read again with the claims made after a wait: a member that joined
-    meanwhile makes the waiter delete the claims of the attempt and plan again at once, and
-    the group of three ends with every partition owned once."""
+    meanwhile makes the waiter delete the claims of the attempt and plan again at once (not
+    using up one of its attempts), and the group of three ends with every partition owned
+    once."""
     group, topic = unique_group_id, unique_topic
     await zk_kafka_cluster.create_topic(topic, 6)
     config = config_for(zk_kafka_cluster, group, rebalance_backoff_ms=5000)
@@ -123,6 +124,10 @@ async def test_a_join_while_a_claim_waits_makes_the_waiter_plan_again(
             for handler in handlers:
                 rebalance_log.removeHandler(handler)
         assert replanning.is_set()
+        joined = second.statistics().rebalances[0]
+        assert joined.reason == "initial subscription" and joined.succeeded
+        # Planning again after the third member joined did not use up an attempt.
+        assert joined.attempts == 1
         members = (first, second, third)
         owned = {c: {tp.partition for tp in c.statistics().owned_partitions} for c in members}
         assert sorted(len(parts) for parts in owned.values()) == [2, 2, 2]
