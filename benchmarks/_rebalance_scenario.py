@@ -84,6 +84,12 @@ async def wait_settled(run: Run, since: float, timeout_s: float) -> float | None
     return None
 
 
+REPORT_TIMEOUT_S = 60
+"""How long a member process may take to answer ``report``. 10 s was too short for a process
+hosting 2,048 partitions of a topic written at 41,000 records/s on 2 cores (the 2 x 4,096
+point of ``scale.py`` failed there)."""
+
+
 async def request_gaps(run: Run) -> dict[str, dict[str, float]]:
     """Ask every member process for its per-partition max gaps since the last request."""
     merged: dict[str, dict[str, float]] = {}
@@ -96,7 +102,13 @@ async def request_gaps(run: Run) -> dict[str, dict[str, float]]:
         waiters.append(fut)
         await send(proc, "report")
     for fut in waiters:
-        merged.update(await asyncio.wait_for(fut, 10))
+        try:
+            merged.update(await asyncio.wait_for(fut, REPORT_TIMEOUT_S))
+        except TimeoutError:
+            raise RuntimeError(
+                f"a member process did not report its gaps within {REPORT_TIMEOUT_S} s "
+                "(busy with its partitions: a machine too small for the configuration?)"
+            ) from None
     return merged
 
 
