@@ -244,9 +244,44 @@ def _decode_metadata_v7(buf: bytes) -> tuple[Any, ...]:
     )
 
 
-class MetadataAnswer_v7(MetadataResponse_v7):
+class MetadataAnswer_v7(Response):
     """A Metadata v7 answer read by :func:`_decode_metadata_v7`: the fields of
-    :class:`MetadataResponse_v7`, each partition without its replica arrays."""
+    :class:`MetadataResponse_v7`, each partition without its replica arrays (its ``SCHEMA``
+    says so, for aiokafka's ``repr`` and ``to_object``)."""
+
+    API_KEY = 3
+    API_VERSION = 7
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "brokers",
+            Array(
+                ("node_id", Int32),
+                ("host", String("utf-8")),
+                ("port", Int32),
+                ("rack", String("utf-8")),
+            ),
+        ),
+        ("cluster_id", String("utf-8")),
+        ("controller_id", Int32),
+        (
+            "topics",
+            Array(
+                ("error_code", Int16),
+                ("topic", String("utf-8")),
+                ("is_internal", Boolean),
+                (
+                    "partitions",
+                    Array(
+                        ("error_code", Int16),
+                        ("partition", Int32),
+                        ("leader", Int32),
+                        ("leader_epoch", Int32),
+                    ),
+                ),
+            ),
+        ),
+    )
 
     @classmethod
     def decode(cls, data: Any) -> MetadataAnswer_v7:
