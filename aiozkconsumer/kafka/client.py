@@ -49,6 +49,7 @@ from .fetch_session import (
     FetchRequestData,
     FetchSessionHandler,
 )
+from .leader_epoch import leaders_and_epochs
 from .stable_offsets import list_offsets as list_offsets_at
 
 __all__ = ["EARLIEST", "LATEST", "FetchChannel", "KafkaClient"]
@@ -271,8 +272,6 @@ class KafkaClient:
             NoBrokersError: no broker answered.
             KafkaConnectionError: the client is closed.
         """
-        from .leader_epoch import leaders_and_epochs
-
         topics = sorted(set(topics))
         if not topics:
             return {}

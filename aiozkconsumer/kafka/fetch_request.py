@@ -294,7 +294,8 @@ class FlexibleFetchRequest:
 
 
 class FlexibleReader:
-    """Reads a flexible-version message front to back.
+    """Reads a flexible-version message front to back (its INT, BOOLEAN and NULLABLE_STRING
+    reads serve the non-flexible versions too).
 
     Every method raises ``ValueError`` when the field would run past the end of the data.
 
@@ -340,6 +341,15 @@ class FlexibleReader:
             shift += 7
             if shift > 28:
                 raise ValueError("unsigned varint longer than 5 bytes")
+
+    def boolean(self) -> bool:
+        """A BOOLEAN."""
+        return self.take(1)[0] != 0
+
+    def string(self) -> str | None:
+        """A NULLABLE_STRING of the non-flexible versions (INT16 length; ``None`` for null)."""
+        n = self.i16()
+        return None if n < 0 else str(self.take(n), "utf-8")
 
     def compact_string(self) -> str | None:
         """A COMPACT_NULLABLE_STRING (``None`` for null)."""

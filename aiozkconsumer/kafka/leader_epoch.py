@@ -44,6 +44,7 @@ from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Int64, Schema,
 from ..errors import BrokerNotAvailableError
 from ..records import TopicPartition
 from .errors import AiokafkaError
+from .fetch_request import FlexibleReader
 
 __all__ = [
     "CONSUMER_REPLICA_ID",
@@ -135,52 +136,11 @@ class MetadataResponse_v7(Response):
     )
 
 
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">hiii")  # error_code, partition, leader, leader_epoch
 
 
-class _Reader:
-    """A cursor over a response body, reading Kafka's non-flexible types as aiokafka's
-    ``Int16``/``Int32``/``String``/``Array``/``Boolean`` decode them (a null string or array
-    is ``None``), with ``struct.unpack_from`` on the bytes instead of a ``BytesIO`` read per
-    field."""
-
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-        self.pos = 0
-
-    def i16(self) -> int:
-        (v,) = _I16.unpack_from(self.buf, self.pos)
-        self.pos += 2
-        return int(v)
-
-    def i32(self) -> int:
-        (v,) = _I32.unpack_from(self.buf, self.pos)
-        self.pos += 4
-        return int(v)
-
-    def boolean(self) -> bool:
-        if self.pos >= len(self.buf):
-            raise ValueError("Buffer underrun decoding a boolean")
-        self.pos += 1
-        return self.buf[self.pos - 1] != 0
-
-    def string(self) -> str | None:
-        n = self.i16()
-        if n < 0:
-            return None
-        end = self.pos + n
-        if end > len(self.buf):
-            raise ValueError("Buffer underrun decoding string")
-        value = self.buf[self.pos : end].decode("utf-8")
-        self.pos = end
-        return value
-
-
-def _partitions_v7(buf: bytes, r: _Reader, n: int) -> list[tuple[int, int, int, int]]:
+def _partitions_v7(r: FlexibleReader, n: int) -> list[tuple[int, int, int, int]]:
     """``n`` partitions of a Metadata v7 topic from ``r``'s position, each as ``(error_code,
     partition, leader, leader_epoch)``: the replica, ISR and offline-replica arrays after
     them are stepped over, not built (nothing here reads them). The hot loop of
@@ -190,6 +150,7 @@ def _partitions_v7(buf: bytes, r: _Reader, n: int) -> list[tuple[int, int, int, 
         struct.error: the body ends inside a partition.
     """
     head, i32 = _PARTITION_HEAD.unpack_from, _I32.unpack_from
+    buf = r.data
     size = len(buf)
     pos = r.pos
     out: list[tuple[int, int, int, int]] = []
@@ -216,7 +177,7 @@ def _decode_metadata_v7(buf: bytes) -> tuple[Any, ...]:
     Raises:
         struct.error, ValueError: the body is shorter than its fields say.
     """
-    r = _Reader(buf)
+    r = FlexibleReader(buf)
     throttle_time_ms = r.i32()
     brokers = []
     for _ in range(r.i32()):
@@ -233,7 +194,7 @@ def _decode_metadata_v7(buf: bytes) -> tuple[Any, ...]:
         topic = r.string()
         internal = r.boolean()
         n_partitions = r.i32()
-        partitions = _partitions_v7(buf, r, n_partitions)
+        partitions = _partitions_v7(r, n_partitions)
         topics.append((topic_error, topic, internal, None if n_partitions == -1 else partitions))
     return (
         throttle_time_ms,
@@ -288,7 +249,7 @@ class MetadataAnswer_v7(Response):
         raw = data if isinstance(data, bytes) else data.read()
         try:
             fields = _decode_metadata_v7(raw)
-        except struct.error as e:
+        except (struct.error, ValueError) as e:
             raise ValueError(f"Buffer underrun decoding a Metadata v7 response: {e}") from e
         return cls(*fields)
 
