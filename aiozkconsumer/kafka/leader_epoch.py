@@ -97,10 +97,18 @@ class EpochEndOffset(NamedTuple):
 # -- Metadata v7 (key 3): the leader epoch per partition -------------------------------------
 
 
-class MetadataResponse_v7(Response):
-    API_KEY = 3
-    API_VERSION = 7
-    SCHEMA = Schema(
+_PARTITION_V7 = (
+    ("error_code", Int16),
+    ("partition", Int32),
+    ("leader", Int32),
+    ("leader_epoch", Int32),
+)
+"""A Metadata v7 partition's fields before its replica arrays."""
+
+
+def _metadata_v7_schema(*partition_fields: tuple[str, Any]) -> Any:
+    """Metadata v7's response schema with ``partition_fields`` per partition."""
+    return Schema(
         ("throttle_time_ms", Int32),
         (
             "brokers",
@@ -119,20 +127,20 @@ class MetadataResponse_v7(Response):
                 ("error_code", Int16),
                 ("topic", String("utf-8")),
                 ("is_internal", Boolean),
-                (
-                    "partitions",
-                    Array(
-                        ("error_code", Int16),
-                        ("partition", Int32),
-                        ("leader", Int32),
-                        ("leader_epoch", Int32),
-                        ("replicas", Array(Int32)),
-                        ("isr", Array(Int32)),
-                        ("offline_replicas", Array(Int32)),
-                    ),
-                ),
+                ("partitions", Array(*partition_fields)),
             ),
         ),
+    )
+
+
+class MetadataResponse_v7(Response):
+    API_KEY = 3
+    API_VERSION = 7
+    SCHEMA = _metadata_v7_schema(
+        *_PARTITION_V7,
+        ("replicas", Array(Int32)),
+        ("isr", Array(Int32)),
+        ("offline_replicas", Array(Int32)),
     )
 
 
@@ -212,37 +220,7 @@ class MetadataAnswer_v7(Response):
 
     API_KEY = 3
     API_VERSION = 7
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        (
-            "brokers",
-            Array(
-                ("node_id", Int32),
-                ("host", String("utf-8")),
-                ("port", Int32),
-                ("rack", String("utf-8")),
-            ),
-        ),
-        ("cluster_id", String("utf-8")),
-        ("controller_id", Int32),
-        (
-            "topics",
-            Array(
-                ("error_code", Int16),
-                ("topic", String("utf-8")),
-                ("is_internal", Boolean),
-                (
-                    "partitions",
-                    Array(
-                        ("error_code", Int16),
-                        ("partition", Int32),
-                        ("leader", Int32),
-                        ("leader_epoch", Int32),
-                    ),
-                ),
-            ),
-        ),
-    )
+    SCHEMA = _metadata_v7_schema(*_PARTITION_V7)
 
     @classmethod
     def decode(cls, data: Any) -> MetadataAnswer_v7:
